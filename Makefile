@@ -1,0 +1,44 @@
+# Two commands do all set-up on a fresh machine: `make test` and `make bench`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+PYTEST_ARGS ?=
+
+.PHONY: test bench venv install-test install-bench peers debian-data report clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+
+venv: $(PY)
+
+install-test: $(PY)
+	$(PIP) install -q -e '.[tests,data]'
+
+install-bench: $(PY)
+	$(PIP) install -q -e '.[bench,peers,data]'
+
+# Optional Debian text corpora of specs/DATA.md; a failure only disables those corpora.
+debian-data:
+	@if command -v apt-get >/dev/null 2>&1; then \
+	  missing=""; for p in bible-kjv fortunes dict-jargon; do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	  if [ -n "$$missing" ]; then \
+	    echo "installing Debian corpora:$$missing"; \
+	    (apt-get install -y -q $$missing >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q $$missing >/dev/null 2>&1)) \
+	      || echo "WARNING: could not install Debian packages$$missing; the corpora they ship are skipped (run as root: apt-get install$$missing)"; \
+	  fi; \
+	else echo "WARNING: no apt-get; Debian corpora (bible-kjv, fortunes, dict-jargon) are skipped"; fi
+
+test: install-test
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+bench: install-bench debian-data
+	$(PY) -m benchmarks run all --quick
+	$(PY) -m benchmarks report
+
+report: $(PY)
+	$(PY) -m benchmarks report
+
+clean:
+	rm -rf $(VENV) results

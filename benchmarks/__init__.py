@@ -1,0 +1,1 @@
+"""jaxgen benchmarks: one module per paper claim; run with ``python -m benchmarks``."""

@@ -1,0 +1,19 @@
+"""Core of jaxgen: types, result flags, the ODE/SDE layer, iteration, training, sharding."""
+
+from ._iterate import IterateOutput as IterateOutput, iterate as iterate
+from ._results import RESULTS as RESULTS
+from .checkpoint import (
+    latest_checkpoint as latest_checkpoint,
+    load_checkpoint as load_checkpoint,
+    save_checkpoint as save_checkpoint,
+)
+from .mesh import data_mesh as data_mesh, replicate as replicate, shard_batch as shard_batch
+from .solve import solve_ode as solve_ode, solve_sde as solve_sde
+from .train import (
+    FitResult as FitResult,
+    adamw_cosine as adamw_cosine,
+    fit as fit,
+    make_step as make_step,
+    minibatches as minibatches,
+    train_step as train_step,
+)
