@@ -1,0 +1,10 @@
+"""Pure metrics between distributions and samples."""
+
+from ._distances import (
+    empirical_gaussian_w2 as empirical_gaussian_w2,
+    energy_distance as energy_distance,
+    gaussian_w2 as gaussian_w2,
+    mmd_unbiased as mmd_unbiased,
+    sliced_w2 as sliced_w2,
+    w1_1d as w1_1d,
+)
