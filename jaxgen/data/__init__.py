@@ -1,0 +1,11 @@
+"""Offline datasets (numpy out) and key-first synthetic data.
+
+Loaders return numpy arrays with documented dtype and shape; converting to ``jnp`` is the caller's
+job. A missing package raises `MissingDataError` naming what to install.
+"""
+
+from ._common import (
+    debian_files as debian_files,
+    MissingDataError as MissingDataError,
+    require_module as require_module,
+)
