@@ -1,5 +1,6 @@
 """Core of jaxgen: types, result flags, the ODE/SDE layer, iteration, training, sharding."""
 
+from ._linalg import psd_sqrt as psd_sqrt
 from ._iterate import IterateOutput as IterateOutput, iterate as iterate
 from ._results import RESULTS as RESULTS
 from .checkpoint import (

@@ -7,6 +7,8 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from ..core import psd_sqrt
+
 
 def _check_samples(x: Array, y: Array, *, same_size: bool = False) -> None:
     if x.ndim != 2 or y.ndim != 2:
@@ -20,12 +22,6 @@ def _check_samples(x: Array, y: Array, *, same_size: bool = False) -> None:
     if same_size and x.shape[0] != y.shape[0]:
         raise ValueError(f"`x` and `y` must have the same number of samples, got {x.shape[0]} "
                          f"and {y.shape[0]}.")
-
-
-def _sqrtm_psd(matrix: Float[Array, "dim dim"]) -> Float[Array, "dim dim"]:
-    """Symmetric PSD square root by eigendecomposition (negative round-off eigenvalues clipped)."""
-    evals, evecs = jnp.linalg.eigh(0.5 * (matrix + matrix.T))
-    return (evecs * jnp.sqrt(jnp.clip(evals, 0.0))) @ evecs.T
 
 
 def gaussian_w2(
@@ -50,8 +46,8 @@ def gaussian_w2(
     if mean_b.shape != mean_a.shape or cov_b.shape != cov_a.shape:
         raise ValueError(f"second Gaussian has shapes {mean_b.shape}, {cov_b.shape}; expected "
                          f"{mean_a.shape}, {cov_a.shape}.")
-    root_a = _sqrtm_psd(cov_a)
-    cross = _sqrtm_psd(root_a @ cov_b @ root_a)
+    root_a = psd_sqrt(cov_a)
+    cross = psd_sqrt(root_a @ cov_b @ root_a)
     sq = jnp.sum((mean_a - mean_b) ** 2) + jnp.trace(cov_a + cov_b - 2.0 * cross)
     return jnp.sqrt(jnp.clip(sq, 0.0))
 

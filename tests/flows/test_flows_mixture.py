@@ -1,0 +1,130 @@
+"""Mixture-target velocities, the bimodal obstruction and flow-matching training."""
+
+import functools as ft
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+import scipy.stats
+
+from jaxgen.core import adamw_cosine, fit, make_step
+from jaxgen.flows import (
+    AbstractVelocityField,
+    GaussianStraightProcess,
+    LinearInterpolant,
+    MixtureInterpolantVelocity,
+    MLPVelocityField,
+    flow_matching_loss,
+    mixture_quantiles_1d,
+    one_step_obstruction_w1,
+)
+
+
+def test_one_component_mixture_equals_gaussian_field(getkey):
+    m0, m1 = jnp.array([0.5, -1.0]), jnp.array([2.0, 1.0])
+    s0, s1 = jnp.array([[1.0, 0.3], [0.3, 0.5]]), jnp.array([[2.0, -0.4], [-0.4, 0.7]])
+    process = GaussianStraightProcess(m0, s0, m1, s1)
+    mixture = process.interpolant().gaussian_velocity(m0, s0, m1, s1)
+    xs, ts = jr.normal(getkey(), (16, 2)), jr.uniform(getkey(), (16,), maxval=0.99)
+    np.testing.assert_allclose(jax.vmap(mixture)(ts, xs), jax.vmap(process.velocity)(ts, xs),
+                               atol=1e-12)
+
+
+def test_mixture_velocity_is_weighted_by_responsibilities():
+    # Far from one mode, the field is that of the other component alone.
+    field = MixtureInterpolantVelocity(
+        jnp.zeros(1), jnp.ones((1, 1)), jnp.array([0.5, 0.5]), jnp.array([[-5.0], [5.0]]),
+        jnp.full((2, 1, 1), 0.09),
+    )
+    single = LinearInterpolant().gaussian_velocity(jnp.zeros(1), jnp.ones((1, 1)),
+                                                   jnp.array([5.0]), jnp.array([[0.09]]))
+    x, t = jnp.array([4.0]), 0.8
+    np.testing.assert_allclose(field(t, x), single(t, x), rtol=1e-8)
+
+
+def test_mixture_quantiles_against_scipy():
+    levels = jnp.linspace(0.01, 0.99, 33)
+    w, mu, sd = np.array([0.3, 0.7]), np.array([-1.0, 2.0]), np.array([0.5, 1.0])
+    q = mixture_quantiles_1d(levels, jnp.asarray(w), jnp.asarray(mu), jnp.asarray(sd))
+    cdf = (w[None] * scipy.stats.norm.cdf((np.asarray(q)[:, None] - mu) / sd)).sum(-1)
+    np.testing.assert_allclose(cdf, levels, atol=1e-12)
+
+
+# Spec §2.6 table (computed independently in float64 for the spec), W1 after Euler steps.
+@pytest.mark.parametrize(
+    ("mu", "process", "steps", "expected"),
+    [(0.0, "linear", 1, 0.239), (0.0, "straight", 1, 0.0), (1.0, "linear", 1, 1.000),
+     (1.0, "straight", 1, 0.761), (3.0, "linear", 1, 3.000), (3.0, "straight", 1, 2.761),
+     (1.0, "linear", 4, 0.168), (3.0, "straight", 4, 0.321)],
+)
+def test_obstruction_table(mu, process, steps, expected):
+    w1 = one_step_obstruction_w1(mu, process=process, num_steps=steps)
+    assert abs(float(w1) - expected) < 0.01
+
+
+def test_obstruction_error_grows_with_separation():
+    seps = [0.5, 1.0, 2.0, 3.0]
+    errs = [float(one_step_obstruction_w1(m, process="straight", num_quantiles=2000)) for m in seps]
+    assert all(b > a for a, b in zip(errs, errs[1:], strict=False))
+    assert errs[-1] > 0.75 * seps[-1]
+
+
+def test_obstruction_bad_input():
+    with pytest.raises(ValueError, match="`process` must be"):
+        one_step_obstruction_w1(1.0, process="curved")
+    with pytest.raises(ValueError, match="`num_quantiles`"):
+        one_step_obstruction_w1(1.0, num_quantiles=1)
+
+
+def _pairs_sampler(process, batch_size):
+    chol0 = jnp.linalg.cholesky(process.cov0)
+    chol1 = jnp.linalg.cholesky(process.cov1)
+
+    def sample(key):
+        k0, k1 = jr.split(key)
+        x0 = process.m0[None, :] + jr.normal(k0, (batch_size, process.dim)) @ chol0.T
+        x1 = process.m1[None, :] + jr.normal(k1, (batch_size, process.dim)) @ chol1.T
+        return x0, x1
+
+    return sample
+
+
+def test_flow_matching_loss_is_minimised_by_the_exact_field(getkey):
+    process = GaussianStraightProcess(jnp.zeros(2), jnp.eye(2), jnp.array([1.0, 0.0]),
+                                      jnp.array([[2.0, 0.3], [0.3, 0.5]]))
+
+    class Exact(AbstractVelocityField):
+        dim: int = 2
+
+        def __call__(self, t, x, args=None):
+            return process.velocity(t, x)
+
+    batch = _pairs_sampler(process, 4096)(getkey())
+    key = getkey()
+    loss = ft.partial(flow_matching_loss, interpolant=process.interpolant())
+    exact = loss(Exact(), batch, key)
+    mlp = MLPVelocityField(2, 16, 2, key=getkey())
+    assert float(exact) < float(loss(mlp, batch, key))
+    with pytest.raises(TypeError, match="parameter .batch."):
+        loss(mlp, (batch[0], batch[1][:, :1]), key)
+
+
+def test_flow_matching_trains_with_fit_and_compiles_once(getkey):
+    process = GaussianStraightProcess(jnp.zeros(2), jnp.eye(2), jnp.array([2.0, -1.0]),
+                                      jnp.array([[0.5, 0.1], [0.1, 0.3]]))
+    loss = ft.partial(flow_matching_loss, interpolant=LinearInterpolant())
+    model = MLPVelocityField(2, 32, 2, key=getkey())
+    optimizer = adamw_cosine(3e-3, 150)
+    counted = eqx.debug.assert_max_traces(make_step, max_traces=1)
+    opt_state = optimizer.init(eqx.filter(model, eqx.is_inexact_array))
+    step = eqx.filter_jit(counted)
+    batch = _pairs_sampler(process, 64)(getkey())
+    for _ in range(3):
+        model, opt_state, _ = step(model, opt_state, batch, getkey(), loss_fn=loss,
+                                   optimizer=optimizer)
+    result = fit(loss, model, _pairs_sampler(process, 128), optimizer, num_steps=150,
+                 key=getkey(), progress=False)
+    assert np.mean(result.losses[-20:]) < 0.6 * np.mean(result.losses[:10])
