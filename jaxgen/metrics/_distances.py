@@ -95,7 +95,7 @@ def mmd_unbiased(
 
     def kernel(a: Array, b: Array) -> Array:
         sq = _pairwise_sq(a, b)
-        return jnp.sum(jnp.exp(-sq[..., None] / (2.0 * h**2)), -1)
+        return jnp.sum(jnp.exp(-sq[..., None] / (2.0 * h**2)[None, None, :]), -1)
 
     n, m = x.shape[0], y.shape[0]
     kxx, kyy, kxy = kernel(x, x), kernel(y, y), kernel(x, y)
@@ -152,7 +152,7 @@ def empirical_gaussian_w2(
     """`gaussian_w2` between the moment-matched Gaussian of ``samples`` and ``N(mean, cov)``."""
     if samples.ndim != 2 or samples.shape[0] < 2:
         raise ValueError(f"`samples` must be (n >= 2, dim), got {samples.shape}.")
-    centred = samples - jnp.mean(samples, 0)
+    centred = samples - jnp.mean(samples, 0, keepdims=True)
     sample_cov = centred.T @ centred / (samples.shape[0] - 1)
     return gaussian_w2(jnp.mean(samples, 0), sample_cov, mean, cov)
 
