@@ -6,8 +6,9 @@ from jax.scipy.special import gammaln
 from jaxtyping import Array, ArrayLike, Float
 
 
-def log_chi2_pdf(y: Float[ArrayLike, ""], df: Float[ArrayLike, ""]) -> Float[Array, ""]:
-    """log of the chi-square density with ``df`` degrees of freedom at ``y > 0``."""
+def log_chi2_pdf(y: Float[ArrayLike, "*shape"], df: Float[ArrayLike, "*shape"]
+                 ) -> Float[Array, "*shape"]:
+    """log of the chi-square density with ``df`` degrees of freedom at ``y > 0`` (broadcasts)."""
     y, df = jnp.asarray(y), jnp.asarray(df)
     k = 0.5 * df
     return (k - 1) * jnp.log(y) - 0.5 * y - k * jnp.log(2.0) - gammaln(k)
@@ -59,5 +60,5 @@ def log_ncx2_pdf(
     start = jnp.maximum(0.0, jnp.floor(jstar) - half * stride)
     j = start + stride * jnp.arange(n_terms, dtype=dtype)
     log_pois = j * jnp.log(lam) - lam - gammaln(j + 1.0)
-    log_terms = log_pois + log_chi2_pdf(y, df + 2.0 * j)
+    log_terms = log_pois + log_chi2_pdf(jnp.broadcast_to(y, j.shape), df + 2.0 * j)
     return jax.nn.logsumexp(log_terms) + jnp.log(stride)
