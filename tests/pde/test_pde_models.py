@@ -105,7 +105,7 @@ def test_bad_inputs_raise():
     with pytest.raises(ValueError, match="`lam` must have shape"):
         exact_log_transition(CIR, 0.25, x0, x0, LAM[:2])
     with pytest.raises(ValueError, match="trailing state axis"):
-        exact_log_transition(CIR, 0.25, jnp.ones(2), x0, LAM)
+        CIR.check_state(jnp.ones(2))
     with pytest.raises(TypeError, match="no closed-form"):
         exact_log_transition(Heston(), 0.25, jnp.ones(2), jnp.ones(2),
                              jnp.array([0.0, 2.0, 0.04, 0.3, -0.5]))
