@@ -48,7 +48,7 @@ def monotone_tanh_inverse(
     m = jnp.max(jnp.exp(-omega)) + 1e-12
     lo, hi = x0 - m, x0 + m
 
-    def body(_: int, state: tuple[Array, Array, Array]) -> tuple[Array, Array, Array]:
+    def body(_: Array, state: tuple[Array, Array, Array]) -> tuple[Array, Array, Array]:
         x, lo, hi = state
         s, log_d = monotone_tanh(params, x, k)
         f = s - z
