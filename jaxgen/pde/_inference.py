@@ -10,7 +10,7 @@ from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 
 def box_transform(
-    u: Float[Array, " p"], lo: Float[ArrayLike, " p"], hi: Float[ArrayLike, " p"]
+    u: Float[Array, " p"], lo: Float[ArrayLike, "..."], hi: Float[ArrayLike, "..."]
 ) -> tuple[Float[Array, " p"], Float[Array, ""]]:
     r"""Map unconstrained u to the box: x = lo + (hi - lo) sigmoid(u); returns (x, log|dx/du|).
 

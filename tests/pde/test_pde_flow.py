@@ -107,7 +107,7 @@ def test_box_transform_roundtrip_and_logdet(getkey):
     jac = jax.jacobian(lambda v: box_transform(v, lo, hi)[0])(u)
     np.testing.assert_allclose(logdet, jnp.linalg.slogdet(jac)[1], rtol=1e-10)
     with pytest.raises(ValueError, match="`lo` and `hi`"):
-        box_transform(u, lo[:1], hi)
+        box_transform(u, lo[:1], hi[:1])
 
 
 def test_flow_bad_inputs(getkey):
