@@ -9,3 +9,4 @@ from ._common import (
     MissingDataError as MissingDataError,
     require_module as require_module,
 )
+from ._timeseries import load_irates as load_irates

@@ -1,5 +1,12 @@
-"""Flows: velocity fields, straight-line processes, interpolants, flow matching, diagnostics."""
+"""Flows: velocity fields, straight-line processes, interpolants, flow matching, diagnostics,
+normalizing-flow bijections."""
 
+from ._bijections import (
+    ConditionalAffineCoupling as ConditionalAffineCoupling,
+    ConditionalMonotoneTanh as ConditionalMonotoneTanh,
+    monotone_tanh as monotone_tanh,
+    monotone_tanh_inverse as monotone_tanh_inverse,
+)
 from ._fit import flow_matching_loss as flow_matching_loss
 from ._gaussian import (
     GaussianStraightProcess as GaussianStraightProcess,

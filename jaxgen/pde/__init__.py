@@ -1,0 +1,42 @@
+"""Fokker-Planck residuals and Neural Galerkin normalizing-flow transition densities."""
+
+from ._flow import (
+    flow_parameters as flow_parameters,
+    from_y as from_y,
+    frozen_gaussian_reference as frozen_gaussian_reference,
+    log_abs_det_jphi as log_abs_det_jphi,
+    to_y as to_y,
+    TransitionFlow as TransitionFlow,
+)
+from ._models import (
+    AbstractDiffusionModel as AbstractDiffusionModel,
+    cir_transition_params as cir_transition_params,
+    CoxIngersollRoss as CoxIngersollRoss,
+    exact_log_transition as exact_log_transition,
+    Heston as Heston,
+    OrnsteinUhlenbeck as OrnsteinUhlenbeck,
+    sample_cir_exact as sample_cir_exact,
+    simulate_path as simulate_path,
+)
+from ._ncx2 import log_chi2_pdf as log_chi2_pdf, log_ncx2_pdf as log_ncx2_pdf
+from ._residual import fp_log_residual as fp_log_residual, fp_log_rhs as fp_log_rhs
+from ._galerkin import (
+    cir_condition_sampler as cir_condition_sampler,
+    flow_at as flow_at,
+    integrate_ng as integrate_ng,
+    ng_velocity as ng_velocity,
+    spacetime_loss as spacetime_loss,
+    spacetime_train as spacetime_train,
+    ThetaPath as ThetaPath,
+)
+from ._inference import (
+    box_inverse as box_inverse,
+    box_transform as box_transform,
+    NutsResult as NutsResult,
+    run_nuts as run_nuts,
+)
+from ._likelihood import (
+    euler_path_loglik as euler_path_loglik,
+    exact_path_loglik as exact_path_loglik,
+    surrogate_path_loglik as surrogate_path_loglik,
+)

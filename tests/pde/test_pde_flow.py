@@ -1,0 +1,141 @@
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+
+from jaxgen.pde import (
+    box_inverse,
+    box_transform,
+    cir_condition_sampler,
+    CoxIngersollRoss,
+    exact_log_transition,
+    exact_path_loglik,
+    euler_path_loglik,
+    flow_at,
+    flow_parameters,
+    integrate_ng,
+    OrnsteinUhlenbeck,
+    run_nuts,
+    sample_cir_exact,
+    surrogate_path_loglik,
+    TransitionFlow,
+)
+
+OU = OrnsteinUhlenbeck(1)
+OU_LAM = jnp.array([1.0, 0.5, 0.3])
+OU_X0 = jnp.array([-0.4])
+DELTA = 1.0
+
+
+def _ou_condition(key):
+    del key
+    return OU_X0, OU_LAM
+
+
+@pytest.fixture(scope="module")
+def ou_ng():
+    # One fixed condition, kappa * Delta = 1: the exact law is in the flow's class (affine in zeta).
+    flow = TransitionFlow(OU, jnp.array([-1.0, 0.5, 0.2, -1.0]), jnp.array([1.0, 2.0, 1.0, 1.0]),
+                          num_units=2, width=4, depth=1, key=jr.key(0))
+    path = integrate_ng(flow, _ou_condition, DELTA, key=jr.key(1), num_steps=16,
+                        num_colloc=128, num_saves=2)
+    return flow, path
+
+
+def _kl(flow, t, x0, lam, model, grid):
+    le = jax.vmap(lambda x: exact_log_transition(model, t, x[None], x0, lam))(grid)
+    lf = jax.vmap(lambda x: flow.log_density(t, x[None], x0, lam))(grid)
+    w = jnp.gradient(grid)
+    return jnp.sum(w * jnp.exp(le) * (le - lf)), jnp.sum(w * jnp.exp(lf))
+
+
+def test_identity_init_is_reference_and_normalised(getkey):
+    cir = CoxIngersollRoss()
+    _, lo, hi = cir_condition_sampler()
+    flow = TransitionFlow(cir, lo, hi, num_units=3, width=8, key=getkey())
+    x0, lam = jnp.array([0.05]), jnp.array([2.0, 0.06, 0.2])
+    t, x = 0.1, jnp.array([0.04])
+    # Reference: y = log x Gaussian with frozen Itô coefficients, plus log|d log x / dx|.
+    by = (2.0 * (0.06 - 0.05) - 0.5 * 0.04) / 0.05  # b / v - sigma^2 / (2 v)
+    sd = np.sqrt(t * 0.04 / 0.05)
+    ref = -0.5 * ((np.log(0.04) - np.log(0.05) - t * by) / sd) ** 2 - np.log(sd) \
+        - 0.5 * np.log(2 * np.pi) - np.log(0.04)
+    np.testing.assert_allclose(flow.log_density(t, x, x0, lam), ref, rtol=1e-10)
+    # A random (non-identity) theta keeps the mass at one.
+    theta, unravel = flow_parameters(flow)
+    moved = unravel(theta + 0.3 * jr.normal(getkey(), theta.shape))
+    grid = jnp.exp(jnp.linspace(-14.0, 1.0, 6000))
+    mass = jnp.sum(jnp.gradient(grid) * jnp.exp(jax.vmap(
+        lambda v: moved.log_density(t, v[None], x0, lam))(grid)))
+    np.testing.assert_allclose(mass, 1.0, atol=1e-5)
+    draws = moved.sample(getkey(), t, x0, lam, 8)
+    assert draws.shape == (8, 1) and jnp.all(draws > 0)
+
+
+def test_neural_galerkin_recovers_exact_ou_density(ou_ng):
+    flow, path = ou_ng
+    trained = flow_at(flow, path)
+    grid = jnp.linspace(-4.0, 4.0, 4001)
+    kl, mass = _kl(trained, DELTA, OU_X0, OU_LAM, OU, grid)
+    kl_ref, _ = _kl(flow, DELTA, OU_X0, OU_LAM, OU, grid)
+    assert kl < 1e-4, kl
+    assert kl < 0.01 * kl_ref
+    np.testing.assert_allclose(mass, 1.0, atol=1e-6)
+
+
+def test_surrogate_path_loglik_tracks_exact(ou_ng, getkey):
+    flow, path = ou_ng
+    trained = flow_at(flow, path)
+    xs = jnp.concatenate([OU_X0[None], OU_X0 + 0.3 * jr.normal(getkey(), (20, 1))])
+    # Every transition starts at x0 in this unconditioned test: evaluate pairs (x0, x_k).
+    pairs = jnp.stack([jnp.broadcast_to(OU_X0, (20, 1)), xs[1:]], axis=1)
+    exact = jax.vmap(lambda p: exact_path_loglik(OU, p, OU_LAM, DELTA))(pairs)
+    sur = jax.vmap(lambda p: surrogate_path_loglik(trained, p, OU_LAM, DELTA))(pairs)
+    np.testing.assert_allclose(sur, exact, atol=2e-3)
+    with pytest.raises(ValueError, match="`xs` must be a path"):
+        exact_path_loglik(OU, xs[:1], OU_LAM, DELTA)
+    with pytest.raises(Exception, match="positive time step"):
+        euler_path_loglik(OU, xs, OU_LAM, -1.0)
+
+
+def test_box_transform_roundtrip_and_logdet(getkey):
+    lo, hi = jnp.array([0.5, -3.0]), jnp.array([4.0, 1.0])
+    u = jr.normal(getkey(), (2,))
+    x, logdet = box_transform(u, lo, hi)
+    np.testing.assert_allclose(box_inverse(x, lo, hi), u, rtol=1e-10)
+    jac = jax.jacobian(lambda v: box_transform(v, lo, hi)[0])(u)
+    np.testing.assert_allclose(logdet, jnp.linalg.slogdet(jac)[1], rtol=1e-10)
+    with pytest.raises(ValueError, match="`lo` and `hi`"):
+        box_transform(u, lo[:1], hi[:1])
+
+
+def test_flow_bad_inputs(getkey):
+    with pytest.raises(ValueError, match="`box_lo` and `box_hi` must have shape"):
+        TransitionFlow(OU, jnp.zeros(2), jnp.ones(2), key=getkey())
+    with pytest.raises(ValueError, match="`box_hi` must exceed"):
+        TransitionFlow(OU, jnp.ones(4), jnp.zeros(4), key=getkey())
+    with pytest.raises(ValueError, match="`nu` must stay >= 1"):
+        cir_condition_sampler(nu=(0.5, 2.0))
+    flow = TransitionFlow(OU, -jnp.ones(4), jnp.ones(4), time_range=(0.01, 1.0), key=getkey())
+    with pytest.raises(ValueError, match="must not take time features"):
+        integrate_ng(flow, _ou_condition, 1.0, key=getkey())
+
+
+@pytest.mark.slow
+def test_nuts_recovers_cir_parameters(getkey):
+    cir = CoxIngersollRoss()
+    truth = jnp.array([2.0, 0.06, jnp.sqrt(2 * 2.0 * 0.06 / 4.0)])
+    xs = sample_cir_exact(getkey(), 0.06, truth, 0.25, 500)
+    lo, hi = jnp.array([0.2, 0.01, 0.05]), jnp.array([8.0, 0.2, 0.5])
+
+    def logpost(u):
+        lam, logdet = box_transform(u, lo, hi)
+        return exact_path_loglik(cir, xs, lam, 0.25) + logdet
+
+    res = run_nuts(logpost, box_inverse(truth, lo, hi), getkey(), num_warmup=200,
+                   num_samples=300, num_chains=2)
+    lam = jax.vmap(jax.vmap(lambda u: box_transform(u, lo, hi)[0]))(res.samples).reshape(-1, 3)
+    mean, sd = lam.mean(0), lam.std(0)
+    assert jnp.all(jnp.abs(mean - truth) < 4 * sd)
+    assert jnp.all(res.rhat < 1.05)
