@@ -8,6 +8,8 @@ References:
 """
 
 
+import functools
+
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
@@ -76,7 +78,12 @@ def predmix_eb_bonferroni(
     x = check_x(x)
     alpha = check_alpha(alpha)
     w = check_weights(weights, x.shape[1], x.dtype)
-    lo, hi = predmix_eb_path(x, alpha * w, confseq_compat)
+    return _predmix_jit(x, alpha * w, confseq_compat)
+
+
+@functools.partial(jax.jit, static_argnames=("compat",))
+def _predmix_jit(x, alpha_b, compat: bool):
+    lo, hi = predmix_eb_path(x, alpha_b, compat)
     return jnp.stack([lo, hi], axis=-1)
 
 
@@ -121,6 +128,9 @@ def subgaussian_ball(
     """
     x = check_x(x)
     alpha = check_alpha(alpha)
-    return subgaussian_ball_path(x, alpha, rho)
+    return _ball_jit(x, alpha, rho)
+
+
+_ball_jit = jax.jit(subgaussian_ball_path)
 
 

@@ -10,6 +10,7 @@ References:
     COLT 2018. arXiv 1802.06293.
 """
 
+import functools
 import math
 
 import jax
@@ -209,7 +210,11 @@ def log_wealth(
     m = check_m(m, x)
     alpha = check_alpha(alpha)
     w = check_weights(weights, x.shape[1], x.dtype)
-    alpha_b = alpha * w
+    return _log_wealth_jit(x, m, alpha * w, bet)
+
+
+@functools.partial(jax.jit, static_argnames=("bet",))
+def _log_wealth_jit(x, m, alpha_b, bet: str):
     return jax.vmap(lambda xj, mj, aj: coordinate_log_wealth(xj, mj, bet, aj), out_axes=1)(
         x.T, m, alpha_b
     )

@@ -6,25 +6,71 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from ._betting import (
-    _check_bet,
-    compat_log_wealth_path,
-    grid_log_wealth_path,
-    hedged_log_wealth_at,
-    prpl_bets,
-)
+from ._betting import _check_bet, hedged_log_wealth_at, plugin_stats, prpl_bets
 from ._checks import check_alpha, check_x
-from ._intervals import cs_exact, cs_grid_path, wealth_min_lower_bound
+from ._intervals import cs_exact, wealth_min_lower_bound
 
 
 @ft.partial(jax.jit, static_argnames=("bet", "grid_size", "compat"))
 def _grid_cs(x, alpha, bet: str, grid_size: int, compat: bool):
+    """Grid-mode CS path as one ``lax.scan`` over t carrying the wealth on the grid.
+
+    The wealth is carried in linear space: only the comparison K_t(m) < 1/alpha is needed, and a
+    factor that overflows to +inf (or underflows to 0) gives the same verdict as the exact value,
+    because every factor is positive (no inf * 0). This keeps the (B+1)-vector in cache and avoids
+    a (B+1, T) matrix of logarithms, which is what makes the path cheap.
+    """
     grid = jnp.arange(grid_size + 1, dtype=x.dtype) / grid_size
-    if compat:
-        lw = compat_log_wealth_path(x, alpha, grid)
+    step_size = grid[1] - grid[0]
+    level = 1 / alpha
+    mu_prev, sigma2_prev = plugin_stats(x)
+    if bet == "hedged":
+        lam = prpl_bets(x, alpha, c=jnp.inf if compat else 0.5)
+        lam_p = jnp.minimum(lam[:, None], 0.5 / grid[None, :]) if compat else lam[:, None]
+        lam_m = jnp.minimum(lam[:, None], 0.5 / (1 - grid[None, :])) if compat else lam[:, None]
+    ons_step = 2.0 / (2.0 - jnp.log(3.0))
+
+    def step(carry, xs):
+        t, xt = xs
+        g = xt - grid
+        if bet == "hedged":
+            kp, km = carry
+            kp = kp * (1 + lam_p[t] * g)
+            km = km * (1 - lam_m[t] * g)
+            carry = (kp, km)
+            wealth = jnp.maximum(kp, km) / 2 if compat else (kp + km) / 2
+        elif bet == "agrapa":
+            (k,) = carry
+            diff = mu_prev[t] - grid
+            lam_t = jnp.clip(diff / (sigma2_prev[t] + diff**2), -0.5 / (1 - grid), 0.5 / grid)
+            k = k * (1 + lam_t * g)
+            carry = (k,)
+            wealth = k
+        else:  # ons
+            k, v, a = carry
+            k = k * (1 + v * g)
+            z = -g / (1 + v * g)
+            a = a + z * z
+            v = jnp.clip(v - ons_step * z / a, -0.5, 0.5)
+            carry = (k, v, a)
+            wealth = k
+        acc = wealth < level
+        lo = jnp.min(jnp.where(acc, grid, jnp.inf))
+        hi = jnp.max(jnp.where(acc, grid, -jnp.inf))
+        none = ~jnp.any(acc)
+        lo = jnp.where(none, 0.0, jnp.clip(lo - step_size, 0.0, 1.0))
+        hi = jnp.where(none, 1.0, jnp.clip(hi + step_size, 0.0, 1.0))
+        return carry, (lo, hi)
+
+    ones = jnp.ones_like(grid)
+    if bet == "hedged":
+        init = (ones, ones)
+    elif bet == "agrapa":
+        init = (ones,)
     else:
-        lw = grid_log_wealth_path(x, grid, bet, alpha)
-    return cs_grid_path(lw, grid, -jnp.log(alpha))
+        init = (ones, jnp.zeros_like(grid), ones)
+    _, (lo, hi) = jax.lax.scan(step, init, (jnp.arange(x.shape[0]), x))
+    return lo.astype(x.dtype), hi.astype(x.dtype)
 
 
 @jax.jit

@@ -16,6 +16,7 @@ References:
     Vovk, Wang. E-values: calibration, combination and applications. Ann. Stat. 2021.
 """
 
+import dataclasses
 import functools as ft
 import math
 
@@ -135,6 +136,19 @@ class ConfidenceRegion(eqx.Module):
         """The dimension d."""
         return self.lower.shape[0]
 
+    def as_kind(self, kind: str) -> "ConfidenceRegion":
+        """The same construction read as another kind, without recomputation.
+
+        A ``box_ellipsoid`` (or ``ellipsoid``) region holds the box, the ellipsoid and the
+        portfolio data, so it can be read as ``"portfolio" | "box" | "ellipsoid" |
+        "box_ellipsoid"``; a ``portfolio`` or ``box`` region as ``"portfolio" | "box"``.
+        """
+        family = ("portfolio", "box", "ellipsoid", "box_ellipsoid")
+        allowed = family if self.kind in ("ellipsoid", "box_ellipsoid") else ("portfolio", "box")
+        if self.kind not in family or kind not in allowed or self.bet != "hedged":
+            raise ValueError(f"a {self.kind!r} region cannot be read as kind={kind!r}.")
+        return dataclasses.replace(self, kind=kind)
+
     def log_wealths(self, m: Float[Array, " d"]) -> Float[Array, " d"]:
         """Exact per-coordinate log-wealth log K^j_t(m_j) (betting kinds)."""
         return _log_wealths_at(self.x, self.lam, self.mask, m, self.bet)
@@ -181,6 +195,9 @@ class ConfidenceRegion(eqx.Module):
         vol = vol(Box) P(sum_j Y_j < 1) with U_j ~ Unif(I_j) independent; by Monte Carlo when
         ``key`` is given and d <= 20, otherwise by FFT convolution of the discretised Y_j.
         """
+        return _log_volume(self, key, n_mc, num_bins)
+
+    def _log_volume_impl(self, key, n_mc: int, num_bins: int) -> Float[Array, ""]:
         d = self.dim
         dtype = self.lower.dtype
         kind = self.kind
@@ -194,7 +211,7 @@ class ConfidenceRegion(eqx.Module):
             return jnp.where(self.empty, neg_inf, _ellipsoid_log_volume(self))
         if key is not None and d <= _MC_MAX_DIM:
             u = jr.uniform(key, (n_mc, d), dtype)
-            pts = self.lower + u * (self.upper - self.lower)
+            pts = self.lower[None, :] + u * (self.upper - self.lower)[None, :]
             inside = lax.map(self.contains, pts, batch_size=_CHUNK)
             frac = jnp.mean(inside.astype(dtype))
             return jnp.where(self.empty, neg_inf, log_box + jnp.log(frac))
@@ -219,6 +236,11 @@ class ConfidenceRegion(eqx.Module):
             return w * jnp.clip(jnp.exp(lw) - jnp.exp(kmin), 0.0, None) / self.kappa
 
         return lax.map(per_coord, (self.x.T, self.lam.T, u, self.log_kmin, self.weights))
+
+
+@eqx.filter_jit
+def _log_volume(region: ConfidenceRegion, key, n_mc: int, num_bins: int) -> Float[Array, ""]:
+    return region._log_volume_impl(key, n_mc, num_bins)
 
 
 def _ellipsoid_terms(u, c, r_plus, r_minus, p, delta):
@@ -324,10 +346,11 @@ def _ellipsoid_radii(x, lam, mask, lower, upper, center, log_kmin, w, kappa, ps,
 
 @ft.partial(
     jax.jit,
-    static_argnames=("kind", "bet", "grid_size", "ps", "n_geo", "n_lin", "num_bins", "compat"),
+    static_argnames=("group", "bet", "grid_size", "ps", "n_geo", "n_lin", "num_bins", "compat"),
 )
-def _build(x, alpha, w, t, *, kind, bet, grid_size, ps, delta, safety, n_geo, n_lin, num_bins,
-           rho, compat):
+def _build(x, alpha, w, t, max_form, *, group, bet, grid_size, ps, delta, safety, n_geo, n_lin,
+           num_bins, rho, compat):
+    """The arrays of a region; ``group`` shares one compilation between kinds of equal maths."""
     T, d = x.shape
     dtype = x.dtype
     mask = _prefix_mask(T, t)
@@ -336,46 +359,45 @@ def _build(x, alpha, w, t, *, kind, bet, grid_size, ps, delta, safety, n_geo, n_
     zeros = jnp.zeros((d,), dtype)
     scal0 = jnp.zeros((), dtype)
     fields = dict(
-        kind=kind, bet=bet, center=zeros, r_plus=zeros, r_minus=zeros, p=scal0, delta=scal0,
+        center=zeros, r_plus=zeros, r_minus=zeros, p=scal0, delta=scal0,
         kappa=scal0, log_kmin=zeros, radius=scal0, weights=w, alpha=jnp.asarray(alpha, dtype),
         x=x, lam=lam, mask=mask,
     )
-    if kind == "predmix_eb":
+    if group == "predmix_eb":
         from ._baselines import predmix_eb_bounds
 
         lo, hi = predmix_eb_bounds(x, alpha_b, mask, compat)
-        return ConfidenceRegion(lower=lo, upper=hi, empty=jnp.any(lo >= hi), **fields)
-    if kind == "subgaussian_ball":
+        return dict(lower=lo, upper=hi, empty=jnp.any(lo >= hi), **fields)
+    if group == "subgaussian_ball":
         from ._baselines import subgaussian_ball_params
 
         center, radius = subgaussian_ball_params(x, alpha, mask, rho)
         fields.update(center=center, radius=radius)
-        return ConfidenceRegion(lower=center - radius, upper=center + radius,
-                                empty=jnp.asarray(False), **fields)
+        return dict(lower=center - radius, upper=center + radius, empty=jnp.asarray(False),
+                    **fields)
 
     if bet != "hedged":
         # m-dependent bets: grid mode for the Bonferroni box (valid for every lift's projection
         # up to one grid step); portfolio / max-wealth membership is exact.
         level = -jnp.log(alpha_b)
         lo, hi = _grid_intervals(x, mask, alpha_b, level, bet, grid_size)
-        return ConfidenceRegion(lower=lo, upper=hi, empty=jnp.asarray(False), **fields)
+        return dict(lower=lo, upper=hi, empty=jnp.asarray(False), **fields)
 
     log_kmin, center = _coord_min(x, lam, mask)
     fields.update(center=center, log_kmin=log_kmin)
-    if kind in ("bonferroni", "max_wealth"):
-        if kind == "bonferroni":
-            level = -jnp.log(alpha_b)
-            lo, hi, emp = _coord_intervals(x, lam, mask, level, center)
-        else:  # w_j K_j < 1/alpha, written on log K_j + log w_j
-            level = jnp.full((d,), -jnp.log(alpha), dtype)
+    if group == "bonferroni":
+        # Bonferroni: log K_j < log(1/(alpha w_j)); max-wealth: log K_j + log w_j < log(1/alpha).
+        # The same set, computed from the two written forms (the identity is a test).
+        shift = jnp.where(max_form, jnp.log(w), 0.0)
+        level = jnp.where(max_form, -jnp.log(alpha), -jnp.log(alpha_b))
 
-            def one(args):
-                xj, lj, c, lw = args
-                f = lambda m: hedged_log_wealth_at(xj, lj, m, mask) + lw  # noqa: E731
-                return cs_exact(f, level[0], c)
+        def one(args):
+            xj, lj, c, sh, lev = args
+            f = lambda m: hedged_log_wealth_at(xj, lj, m, mask) + sh  # noqa: E731
+            return cs_exact(f, lev, c)
 
-            lo, hi, emp = lax.map(one, (x.T, lam.T, center, jnp.log(w)))
-        return ConfidenceRegion(lower=lo, upper=hi, empty=jnp.any(emp), **fields)
+        lo, hi, emp = lax.map(one, (x.T, lam.T, center, shift, level))
+        return dict(lower=lo, upper=hi, empty=jnp.any(emp), **fields)
 
     kappa = 1 / alpha - jnp.sum(w * jnp.exp(log_kmin))
     empty = ~(kappa > 0)
@@ -384,8 +406,8 @@ def _build(x, alpha, w, t, *, kind, bet, grid_size, ps, delta, safety, n_geo, n_
     lo, hi, _ = _coord_intervals(x, lam, mask, level, center)
     lo, hi = jnp.where(empty, center, lo), jnp.where(empty, center, hi)
     fields.update(kappa=kappa)
-    if kind in ("portfolio", "box"):
-        return ConfidenceRegion(lower=lo, upper=hi, empty=empty, **fields)
+    if group == "box":
+        return dict(lower=lo, upper=hi, empty=empty, **fields)
 
     # l_p ellipsoid: radii for every p, keep the p minimising vol(E_p cap Box) (FFT route).
     q = _q_grid(n_geo, n_lin, dtype)
@@ -401,7 +423,12 @@ def _build(x, alpha, w, t, *, kind, bet, grid_size, ps, delta, safety, n_geo, n_
     best = jnp.argmin(log_probs)
     fields.update(r_plus=r_plus[best], r_minus=r_minus[best], p=ps_arr[best],
                   delta=jnp.asarray(delta, dtype))
-    return ConfidenceRegion(lower=lo, upper=hi, empty=empty, **fields)
+    return dict(lower=lo, upper=hi, empty=empty, **fields)
+
+
+_GROUPS = {"bonferroni": "bonferroni", "max_wealth": "bonferroni", "portfolio": "box",
+           "box": "box", "ellipsoid": "ellipsoid", "box_ellipsoid": "ellipsoid",
+           "predmix_eb": "predmix_eb", "subgaussian_ball": "subgaussian_ball"}
 
 
 def confidence_region(
@@ -480,12 +507,14 @@ def confidence_region(
             raise ValueError(f"t must lie in [1, T] = [1, {x.shape[0]}], got {t}.")
     if any(p < 2 for p in ps):
         raise ValueError(f"ps must all be >= 2 (g grows quadratically near c_j), got {ps}.")
-    return _build(
-        x, alpha, w, None if t is None else jnp.asarray(t),
-        kind=kind, bet=bet, grid_size=grid_size, ps=tuple(float(p) for p in ps), delta=delta,
+    group = _GROUPS[kind] if bet == "hedged" else "grid"
+    fields = _build(
+        x, alpha, w, jnp.asarray(x.shape[0] if t is None else t), jnp.asarray(kind == "max_wealth"),
+        group=group, bet=bet, grid_size=grid_size, ps=tuple(float(p) for p in ps), delta=delta,
         safety=safety, n_geo=n_u[0], n_lin=n_u[1], num_bins=num_bins,
         rho=rho, compat=confseq_compat,
     )
+    return ConfidenceRegion(kind=kind, bet=bet, **fields)
 
 
 def region_log_wealth(
