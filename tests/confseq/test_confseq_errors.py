@@ -3,7 +3,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from jaxgen.confseq._checks import check_m, check_x
+from jaxgen.confseq._checks import check_m, check_weights, check_x
 from jaxgen.confseq import betting_cs, confidence_region, excluded_path, log_wealth
 
 X = jnp.full((10, 2), 0.5)
@@ -42,7 +42,7 @@ def test_shapes_alpha_weights_kind_bet():
     with pytest.raises(ValueError, match="weights must be nonnegative and sum to 1"):
         confidence_region(X, 0.05, kind="portfolio", weights=jnp.array([0.5, 0.6]))
     with pytest.raises(ValueError, match=r"weights must have shape \(d,\)"):
-        confidence_region(X, 0.05, kind="portfolio", weights=jnp.array([1.0]))
+        check_weights(jnp.array([1.0]), 2, jnp.float64)
     with pytest.raises(ValueError, match="kind must be one of"):
         confidence_region(X, 0.05, kind="sphere")
     with pytest.raises(ValueError, match="bet must be one of"):
