@@ -29,3 +29,10 @@ from ._regions import (
     KINDS as KINDS,
     region_log_wealth as region_log_wealth,
 )
+from ._usecases import (
+    ab_test as ab_test,
+    ABTestResult as ABTestResult,
+    compare_models as compare_models,
+    ipw_pseudo_outcomes as ipw_pseudo_outcomes,
+    ModelComparison as ModelComparison,
+)
