@@ -25,9 +25,9 @@ PAPER = "lifts of one-dimensional betting confidence sequences to bounded vector
 CONFIGS = {
     "quick": {
         "alpha": 0.05, "T": 1000, "dims": [1, 2, 5, 10, 20, 50], "coverage_dims": [1, 5, 20],
-        "coverage_runs": 500, "volume_runs": 3, "times": [50, 100, 200, 500, 1000],
-        "width_t": 500, "width_vs_t_dim": 10, "n_u": [400, 400], "num_bins": 2048,
-        "setrel_dims": [2, 5, 10], "setrel_points": 5000, "ab_T": 3000, "ab_every": 100,
+        "coverage_runs": 500, "volume_runs": 1, "times": [50, 200, 1000],
+        "width_t": 500, "width_vs_t_dim": 10, "n_u": [200, 200], "num_bins": 1024,
+        "setrel_dims": [2, 5, 10], "setrel_points": 2000, "ab_T": 2000, "ab_every": 200,
         "speed_T": 10000, "speed_grid": 1000,
     },
     "full": {
