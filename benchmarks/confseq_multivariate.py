@@ -10,7 +10,11 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
-from jaxgen.confseq import (
+# The confidence-sequence code wants float64 (wealth products over long streams, bisection to
+# 1e-12); jaxgen itself never flips this switch, the benchmark does.
+jax.config.update("jax_enable_x64", True)
+
+from jaxgen.confseq import (  # noqa: E402
     ab_test,
     betting_cs,
     confidence_region,
