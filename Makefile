@@ -19,6 +19,20 @@ install-test: $(PY)
 install-bench: $(PY)
 	$(PIP) install -q -e '.[bench,peers,data]'
 
+# Peer libraries that need more than pip (runs after install-bench; never fails the bench).
+# confseq: C++ extension; needs libboost-dev, current pybind11/scikit-build/cmake/ninja in the
+# venv and --no-build-isolation. On failure the benchmark records "not installed" and runs on.
+peers: install-bench
+	@$(PY) -c "import numpy as np; np.float_ = np.float64; import confseq.betting" >/dev/null 2>&1 && exit 0; \
+	if command -v apt-get >/dev/null 2>&1 && ! dpkg -s libboost-dev >/dev/null 2>&1; then \
+	  (apt-get install -y -q libboost-dev >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q libboost-dev >/dev/null 2>&1)) \
+	    || echo "WARNING: could not install libboost-dev (run as root: apt-get install libboost-dev)"; \
+	fi; \
+	($(PIP) install -q pybind11 scikit-build cmake ninja setuptools wheel \
+	  && $(PIP) install -q --no-build-isolation 'confseq>=0.0.11') >/dev/null 2>&1 \
+	  || echo "WARNING: could not build the peer confseq; confseq_multivariate records it as not installed"; \
+	true
+
 # Optional Debian text corpora of specs/DATA.md; a failure only disables those corpora.
 debian-data:
 	@if command -v apt-get >/dev/null 2>&1; then \
@@ -33,7 +47,7 @@ debian-data:
 test: install-test
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
-bench: install-bench debian-data
+bench: install-bench peers debian-data
 	$(PY) -m benchmarks run all --quick
 	$(PY) -m benchmarks report
 

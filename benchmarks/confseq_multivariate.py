@@ -1,0 +1,288 @@
+"""Multivariate betting confidence sequences: coverage, effective width vs d and t, A/B stopping,
+and the 1-D CS speed against the peer ``confseq`` (spec: shared/specs/confidence_sequences.md)."""
+
+import math
+import time
+import warnings
+
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+
+# The confidence-sequence code wants float64 (wealth products over long streams, bisection to
+# 1e-12); jaxgen itself never flips this switch, the benchmark does.
+jax.config.update("jax_enable_x64", True)
+
+from jaxgen.confseq import (  # noqa: E402
+    ab_test,
+    betting_cs,
+    confidence_region,
+    excluded_path,
+    predmix_eb_bonferroni,
+    subgaussian_ball,
+)
+
+NAME = "confseq_multivariate"
+PAPER = "lifts of one-dimensional betting confidence sequences to bounded vector means"
+
+CONFIGS = {
+    "quick": {
+        "alpha": 0.05, "T": 1000, "dims": [1, 2, 5, 10, 20, 50], "coverage_dims": [1, 5, 20],
+        "coverage_runs": 500, "volume_runs": 1, "times": [50, 200, 1000],
+        "width_t": 500, "width_vs_t_dim": 10, "n_u": [200, 200], "num_bins": 1024,
+        "setrel_dims": [2, 5, 10], "setrel_points": 2000, "ab_T": 2000, "ab_every": 200,
+        "speed_T": 10000, "speed_grid": 1000,
+    },
+    "full": {
+        "alpha": 0.05, "T": 100000, "dims": [1, 2, 5, 10, 20, 50, 100, 200, 500],
+        "coverage_dims": [1, 5, 20, 100, 500], "coverage_runs": 10000, "volume_runs": 20,
+        "times": [100, 1000, 10000, 100000], "width_t": 10000, "width_vs_t_dim": 50,
+        "n_u": [2000, 2000], "num_bins": 4096, "setrel_dims": [2, 5, 10, 20],
+        "setrel_points": 20000, "ab_T": 20000, "ab_every": 200, "speed_T": 10000,
+        "speed_grid": 1000,
+    },
+}
+
+BETTING = ("bonferroni", "box", "ellipsoid", "box_ellipsoid", "portfolio")
+ALL_KINDS = BETTING + ("predmix_eb", "subgaussian_ball")
+
+
+# ----------------------------------------------------------------------------- data
+def sample(dist: str, key, R: int, T: int, d: int):
+    """(R, T, d) data in [0, 1] and its mean (spec section 5a)."""
+    mu = jnp.linspace(0.2, 0.8, d) if d > 1 else jnp.array([0.5])
+    if dist == "bernoulli":
+        x = jr.uniform(key, (R, T, d)) < mu
+    elif dist == "beta":
+        x = jnp.clip(jr.beta(key, 8.0, 8.0, (R, T, d)) + mu - 0.5, 0.0, 1.0)
+    else:  # correlated Bernoulli, Gaussian copula rho = 0.5
+        k1, k2 = jr.split(key)
+        z = math.sqrt(0.5) * jr.normal(k1, (R, T, 1)) + math.sqrt(0.5) * jr.normal(k2, (R, T, d))
+        x = z < jax.scipy.special.ndtri(mu)
+    return x.astype(jnp.float64), mu
+
+
+def _misses(x, mu, alpha):
+    kinds = ("portfolio", "max_wealth", "predmix_eb", "subgaussian_ball")
+    return jnp.stack([jnp.any(excluded_path(x, mu, alpha, kind=k)) for k in kinds])
+
+
+@jax.jit
+def coverage_study(x, mu, alpha):
+    """(4,) miscoverage rates over runs, one compiled call for the whole R x T x d study."""
+    return jnp.mean(jax.vmap(lambda xr: _misses(xr, mu, alpha))(x).astype(jnp.float64), axis=0)
+
+
+# ----------------------------------------------------------------------------- widths
+def widths_at(x, alpha, t, cfg, key):
+    """Effective widths vol^(1/d) of every region at time t (one data set)."""
+    d = x.shape[1]
+    kw = dict(n_u=tuple(cfg["n_u"]), num_bins=cfg["num_bins"], t=t)
+    be = confidence_region(x, alpha, kind="box_ellipsoid", **kw)
+    bonf = confidence_region(x, alpha, kind="bonferroni", t=t)
+    nb = cfg["num_bins"]
+    lv = {
+        "bonferroni": bonf.log_volume(),
+        "box": be.as_kind("box").log_volume(),
+        "ellipsoid": be.as_kind("ellipsoid").log_volume(),
+        "box_ellipsoid": be.log_volume(num_bins=nb),
+        "portfolio": be.as_kind("portfolio").log_volume(num_bins=nb),
+    }
+    pm = predmix_eb_bonferroni(x, alpha)[t - 1]
+    lv["predmix_eb"] = jnp.sum(jnp.log(pm[:, 1] - pm[:, 0]))
+    _, radius = subgaussian_ball(x, alpha)
+    r = radius[t - 1]
+    lv["subgaussian_ball"] = (d / 2) * math.log(math.pi) + d * jnp.log(r) - math.lgamma(d / 2 + 1)
+    out = {k: float(jnp.exp(v / d)) for k, v in lv.items()}
+    out["p"] = float(be.p)
+    out["empty"] = bool(be.empty)
+    return out, (be, bonf)
+
+
+def set_relation_violations(be, bonf, key, n):
+    """Count MC points (uniform in the Bonferroni box) breaking P in BoxE in Box in B, P in E."""
+    d = bonf.dim
+    pts = bonf.lower[None, :] + jr.uniform(key, (n, d)) * (bonf.upper - bonf.lower)[None, :]
+    P = jax.lax.map(be.as_kind("portfolio").contains, pts, batch_size=256)
+    BE = jax.vmap(be.contains)(pts)
+    E = jax.vmap(be.as_kind("ellipsoid").contains)(pts)
+    BX = jax.vmap(be.as_kind("box").contains)(pts)
+    B = jax.vmap(bonf.contains)(pts)
+    viol = jnp.sum(P & ~BE) + jnp.sum(P & ~E) + jnp.sum(BE & ~BX) + jnp.sum(BX & ~B)
+    return int(viol), int(jnp.sum(P))
+
+
+# ----------------------------------------------------------------------------- peer
+def import_confseq():
+    """The peer, with the ``np.float_`` alias it still needs under NumPy 2 (benchmark only)."""
+    if not hasattr(np, "float_"):
+        np.float_ = np.float64
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import confseq.betting
+        import confseq.predmix
+    return confseq
+
+
+def run(config, key, rec):
+    alpha, T = config["alpha"], config["T"]
+    k_cov, k_vol, k_set, k_ab, k_speed = jr.split(key, 5)
+
+    # ------------------------------------------------------------------ coverage
+    names = ("portfolio", "bonferroni", "predmix_eb", "subgaussian_ball")
+    R = config["coverage_runs"]
+    se = math.sqrt(alpha * (1 - alpha) / R)
+    table, worst = {}, {n: 1.0 for n in names}
+    for i, dist in enumerate(rec.progress(("bernoulli", "beta", "correlated"), desc="coverage")):
+        for d in config["coverage_dims"]:
+            x, mu = sample(dist, jr.fold_in(k_cov, 100 * d + i), R, T, d)
+            miss = np.asarray(coverage_study(x, mu, alpha))
+            for n, m in zip(names, miss):
+                table[f"{dist}_d{d}_{n}"] = 1 - float(m)
+                worst[n] = min(worst[n], 1 - float(m))
+            del x
+    rec.metric("coverage_table", table)
+    rec.metric("coverage_mc_se", se)
+    threshold = 1 - alpha - 3 * se
+    for n in names:
+        rec.claim(f"coverage_{n}", f"time-uniform coverage of {n} (min over data sets and d, "
+                  f"R={R}, T={T}) >= 1 - alpha - 3 s.e. (s.e. {se:.4f})", worst[n], ">=", threshold)
+    rec.claim("coverage_box_ellipsoid",
+              "time-uniform coverage of Box cap E_p >= 1 - alpha - 3 s.e. (implied by the "
+              "portfolio's, since P is inside Box cap E_p; checked by setrel_violations)",
+              worst["portfolio"], ">=", threshold)
+
+    # ------------------------------------------------------------------ widths vs d and t
+    n_runs = config["volume_runs"]
+    tw = config["width_t"]
+    vs_d = {k: [] for k in ALL_KINDS}
+    chosen_p = []
+    setrel, setrel_inside = 0, 0
+    for d in rec.progress(config["dims"], desc="width vs d"):
+        acc = {k: [] for k in ALL_KINDS}
+        for r in range(n_runs):
+            kk = jr.fold_in(k_vol, 1000 * d + r)
+            x, _ = sample("beta", kk, 1, T, d)
+            w, (be, bonf) = widths_at(x[0], alpha, tw, config, kk)
+            for k in ALL_KINDS:
+                acc[k].append(w[k])
+            chosen_p.append(w["p"])
+            if r == 0 and d in config["setrel_dims"]:
+                v, inside = set_relation_violations(be, bonf, jr.fold_in(k_set, d),
+                                                    config["setrel_points"])
+                setrel += v
+                setrel_inside += inside
+        for k in ALL_KINDS:
+            vs_d[k].append(float(np.mean(acc[k])))
+    rec.metric("effwidth_vs_d", {"d": config["dims"], "t": tw, **vs_d})
+    rec.metric("ellipsoid_p_chosen", chosen_p)
+
+    dv = config["width_vs_t_dim"]
+    vs_t = {k: [] for k in ALL_KINDS}
+    for t in rec.progress(config["times"], desc="width vs t"):
+        acc = {k: [] for k in ALL_KINDS}
+        for r in range(n_runs):
+            kk = jr.fold_in(k_vol, 1000 * dv + r)  # same data sets as the d = dv column
+            x, _ = sample("beta", kk, 1, T, dv)
+            w, _ = widths_at(x[0], alpha, t, config, kk)
+            for k in ALL_KINDS:
+                acc[k].append(w[k])
+        for k in ALL_KINDS:
+            vs_t[k].append(float(np.mean(acc[k])))
+    rec.metric("effwidth_vs_t", {"t": config["times"], "d": dv, **vs_t})
+
+    dims = config["dims"]
+    i50 = dims.index(50) if 50 in dims else len(dims) - 1
+    i20 = dims.index(20) if 20 in dims else len(dims) - 1
+    i10 = dims.index(10) if 10 in dims else len(dims) - 1
+    rec.claim("setrel_violations", "MC points breaking P in Box cap E_p in Box in Bonferroni or "
+              f"P in E_p (d in {config['setrel_dims']}, {setrel_inside} points in P)",
+              setrel, "==", 0)
+    rec.claim("effwidth_ratio_boxE_vs_bonf_d50",
+              f"Box cap E_p effective width at d = {dims[i50]} over Bonferroni's (t = {tw})",
+              vs_d["box_ellipsoid"][i50] / vs_d["bonferroni"][i50], "<=", 0.9)
+    rec.claim("effwidth_ratio_boxE_vs_portfolio_d20",
+              f"Box cap E_p effective width over the portfolio region's at d = {dims[i20]}",
+              vs_d["box_ellipsoid"][i20] / vs_d["portfolio"][i20], "<=", 1.10)
+    rec.claim("effwidth_ratio_subgauss_vs_boxE_d10",
+              f"sub-Gaussian ball effective width over Box cap E_p's at d = {dims[i10]}",
+              vs_d["subgaussian_ball"][i10] / vs_d["box_ellipsoid"][i10], ">=", 2.0)
+    ratios = [vs_d["subgaussian_ball"][i] / vs_d[k][i] for i in range(len(dims)) for k in BETTING]
+    rec.claim("subgauss_larger_than_every_betting_region",
+              "min over d and betting regions of (ball width / region width)", min(ratios), ">", 1.0)
+
+    with rec.figure("width", ncols=2, figsize=(11, 4.2)) as (fig, axes):
+        for k in ALL_KINDS:
+            axes[0].plot(dims, vs_d[k], marker="o", label=k)
+            axes[1].plot(config["times"], vs_t[k], marker="o", label=k)
+        axes[0].set(xscale="log", yscale="log", xlabel="dimension d",
+                    ylabel="effective width vol^(1/d)", title=f"Beta(8,8) data, t = {tw}")
+        axes[1].set(xscale="log", yscale="log", xlabel="time t",
+                    ylabel="effective width vol^(1/d)", title=f"d = {dv}")
+        axes[0].legend(fontsize=7)
+
+    # ------------------------------------------------------------------ A/B demo
+    Tab, d_ab = config["ab_T"], 5
+    ka, ky = jr.split(k_ab)
+    a = jr.bernoulli(ka, 0.5, (Tab,)).astype(jnp.int32)
+    p0 = jnp.full((d_ab,), 0.3)
+    p1 = p0.at[0].add(0.1).at[1].add(0.06)  # two metrics with a true effect
+    y = (jr.uniform(ky, (Tab, d_ab)) < jnp.where(a[:, None] == 1, p1[None, :], p0[None, :])
+         ).astype(jnp.float64)
+    times = jnp.arange(config["ab_every"], Tab + 1, config["ab_every"])
+    stops = {}
+    for k in ("portfolio", "bonferroni"):
+        stops[k] = int(ab_test(y, a, alpha, kind=k).stop_time)
+    for k in ("box", "box_ellipsoid"):
+        res = ab_test(y, a, alpha, kind=k, times=times, n_u=tuple(config["n_u"]),
+                      num_bins=config["num_bins"])
+        stops[k] = int(res.stop_time)
+    rec.metric("ab_stop_time_any_changed", stops)
+    rec.note(f"A/B demo (d = 5, effects +0.10 and +0.06 on two metrics, base rate 0.3): stopping "
+             f"times of the 'any metric changed' rule: {stops} (box kinds checked every "
+             f"{config['ab_every']} steps, wealth kinds at every step; -1 = never).")
+
+    # ------------------------------------------------------------------ speed vs confseq
+    Ts, B = config["speed_T"], config["speed_grid"]
+    xs = jr.beta(k_speed, 2.0, 5.0, (Ts,))
+    jt = rec.time(lambda v: betting_cs(v, alpha, grid_size=B, confseq_compat=True), xs)
+    jt_h = rec.time(lambda v: betting_cs(v, alpha, grid_size=B), xs)
+    lo, hi = betting_cs(xs, alpha, grid_size=B, confseq_compat=True)
+    rec.metric("jaxgen_betting_cs_s", jt["median_s"])
+    rec.metric("jaxgen_betting_cs_first_call_s", jt["first_call_s"])
+    rec.metric("jaxgen_betting_cs_convex_s", jt_h["median_s"])
+    try:
+        cs = import_confseq()
+    except Exception as err:  # not installed or broken build
+        rec.peer("confseq", "not installed")
+        rec.note(f"confseq could not be imported ({type(err).__name__}: {err}); speed claim skipped.")
+        return
+    xn = np.asarray(xs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t0 = time.perf_counter()
+        plo, phi = cs.betting.hedged_cs(xn, alpha, breaks=B, running_intersection=False)
+        peer_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        cs.betting.betting_cs(xn, alpha=alpha, breaks=B)
+        peer_b_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        elo, ehi = cs.predmix.predmix_empbern_twosided_cs(xn, alpha, truncation=0.5)
+        peer_eb_s = time.perf_counter() - t0
+    pm = predmix_eb_bonferroni(xs[:, None], alpha, confseq_compat=True)
+    rec.peer("confseq.betting.hedged_cs", {
+        "wall_s": peer_s, "width_T": float(phi[-1] - plo[-1]),
+        "jaxgen_width_T": float(hi[-1] - lo[-1]),
+        "max_endpoint_diff": float(max(np.abs(plo - np.asarray(lo)).max(),
+                                       np.abs(phi - np.asarray(hi)).max())),
+    })
+    rec.peer("confseq.betting.betting_cs", {"wall_s": peer_b_s})
+    rec.peer("confseq.predmix.predmix_empbern_twosided_cs", {
+        "wall_s": peer_eb_s, "width_T": float(ehi[-1] - elo[-1]),
+        "jaxgen_width_T": float(pm[-1, 0, 1] - pm[-1, 0, 0]),
+    })
+    rec.claim("speedup_vs_confseq_hedged_cs",
+              f"1-D hedged CS, T = {Ts}, {B}-point grid: confseq.hedged_cs wall time over "
+              "jaxgen's compiled median (same process, same data, same conventions)",
+              peer_s / jt["median_s"], ">=", 20.0)
