@@ -9,3 +9,10 @@ from ._common import (
     MissingDataError as MissingDataError,
     require_module as require_module,
 )
+from ._graphs import (
+    GraphData as GraphData,
+    load_davis_southern_women as load_davis_southern_women,
+    load_florentine_families as load_florentine_families,
+    load_karate_club as load_karate_club,
+    load_les_miserables as load_les_miserables,
+)
