@@ -10,3 +10,10 @@ from ._common import (
     require_module as require_module,
 )
 from ._timeseries import load_irates as load_irates
+from ._graphs import (
+    GraphData as GraphData,
+    load_davis_southern_women as load_davis_southern_women,
+    load_florentine_families as load_florentine_families,
+    load_karate_club as load_karate_club,
+    load_les_miserables as load_les_miserables,
+)

@@ -1,0 +1,15 @@
+"""Optimal-transport problems and solvers: the semi-relaxed Gromov-Wasserstein problem."""
+
+from ._srgw import (
+    exact_line_search as exact_line_search,
+    lmo_rows as lmo_rows,
+    round_argmax as round_argmax,
+    round_greedy as round_greedy,
+    solve_srgw_coupling as solve_srgw_coupling,
+    srgw_barycenter as srgw_barycenter,
+    SrgwBarycenterOutput as SrgwBarycenterOutput,
+    srgw_grad_T as srgw_grad_T,
+    srgw_objective as srgw_objective,
+    SrgwOutput as SrgwOutput,
+    w_step as w_step,
+)
