@@ -9,3 +9,11 @@ from ._common import (
     MissingDataError as MissingDataError,
     require_module as require_module,
 )
+from ._text import (
+    ByteTokenizer as ByteTokenizer,
+    TEXT_CORPORA as TEXT_CORPORA,
+    TextCorpus as TextCorpus,
+    load_text_corpus as load_text_corpus,
+    load_text_documents as load_text_documents,
+    random_windows as random_windows,
+)
