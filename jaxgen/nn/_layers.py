@@ -9,7 +9,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
-from jaxtyping import Array, Float, PRNGKeyArray
+from jaxtyping import Array, Float, PRNGKeyArray, Real
 
 
 def init_normal(key: PRNGKeyArray, shape: tuple[int, ...], std: float = 0.02,
@@ -36,7 +36,7 @@ class RMSNorm(eqx.Module):
         return x * jax.lax.rsqrt(jnp.mean(x * x) + jnp.asarray(self.eps, x.dtype)) * w
 
 
-def apply_rotary(x: Float[Array, "L H hd"], positions: Float[Array, " L"],
+def apply_rotary(x: Float[Array, "L H hd"], positions: Real[Array, " L"],
                  base: float = 10000.0) -> Float[Array, "L H hd"]:
     """Rotary position embedding (RoFormer, arXiv 2104.09864) on pairs of channels.
 
