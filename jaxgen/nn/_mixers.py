@@ -384,5 +384,8 @@ def dyadic_schedule(optimizer: optax.GradientTransformation, total_steps: int, d
 
 
 def count_parameters(tree: PyTree) -> int:
-    """Number of scalars in the inexact arrays of ``tree``."""
-    return int(sum(x.size for x in jtu.tree_leaves(eqx.filter(tree, eqx.is_inexact_array))))
+    """Number of scalars in the inexact arrays (or shape structs) of ``tree``."""
+    leaves = jtu.tree_leaves(tree)  # arrays or ShapeDtypeStructs (from eqx.filter_eval_shape)
+    return int(sum(math.prod(x.shape) for x in leaves
+                   if hasattr(x, "dtype") and hasattr(x, "shape")
+                   and jnp.issubdtype(x.dtype, jnp.inexact)))
