@@ -16,4 +16,11 @@ from ._graphs import (
     load_florentine_families as load_florentine_families,
     load_karate_club as load_karate_club,
     load_les_miserables as load_les_miserables,
+from ._text import (
+    ByteTokenizer as ByteTokenizer,
+    TEXT_CORPORA as TEXT_CORPORA,
+    TextCorpus as TextCorpus,
+    load_text_corpus as load_text_corpus,
+    load_text_documents as load_text_documents,
+    random_windows as random_windows,
 )

@@ -1,0 +1,17 @@
+"""Small language models on `jaxgen.nn.Transformer`: next-token loss, training through
+`jaxgen.core.fit`, held-out bits per token / perplexity, sampling, sequence scoring and
+generative perplexity."""
+
+from ._lm import (
+    AUX_LOSS_WEIGHT as AUX_LOSS_WEIGHT,
+    evaluate_lm as evaluate_lm,
+    generative_perplexity as generative_perplexity,
+    lm_loss as lm_loss,
+    lm_optimizer as lm_optimizer,
+    LMEvaluation as LMEvaluation,
+    sample_lm as sample_lm,
+    score_sequences as score_sequences,
+    sequence_log_prob as sequence_log_prob,
+    token_nll as token_nll,
+    train_lm as train_lm,
+)

@@ -1,0 +1,295 @@
+"""Language modelling on `jaxgen.nn.Transformer`: loss, training, evaluation, sampling, scoring.
+
+Everything here works on token ids; byte-level corpora and tokenizers are in `jaxgen.data`
+(``load_text_corpus``, ``ByteTokenizer``, ``random_windows``). With byte tokens, bits per token
+are bits per byte (= bits per character for ASCII text).
+"""
+
+import math
+from typing import NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import jax.tree_util as jtu
+import numpy as np
+import optax
+from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
+
+from ..core import FitResult, fit
+from ..nn import Transformer, dyadic_schedule
+
+AUX_LOSS_WEIGHT = 0.01  # weight of the MoE load-balancing loss inside `lm_loss`
+
+
+def _check_model(model: Transformer) -> None:
+    if not isinstance(model, Transformer):
+        raise TypeError(f"`model` must be a jaxgen.nn.Transformer, got {type(model).__name__}.")
+
+
+def token_nll(model: Transformer, tokens: Int[Array, " L"]) -> Float[Array, " L-1"]:
+    """``-log p(x_i | x_<i)`` for ``i = 1..L-1`` of one sequence (causal model)."""
+    _check_model(model)
+    if not model.causal:
+        raise ValueError("next-token likelihoods need a causal model (causal=True).")
+    logits = model(tokens[:-1])
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    return -jnp.take_along_axis(logp, tokens[1:, None], axis=-1)[:, 0]
+
+
+def _split_batch(batch: PyTree) -> tuple[Array, Array | None]:
+    if isinstance(batch, tuple | list):
+        if len(batch) != 2:
+            raise ValueError(f"a batch is `tokens` or `(tokens, mask)`, got {len(batch)} items.")
+        tokens, mask = batch
+        if mask.shape != tokens.shape:
+            raise ValueError(f"`mask` shape {mask.shape} must equal `tokens` shape "
+                             f"{tokens.shape}.")
+        return tokens, mask
+    return batch, None
+
+
+def lm_loss(model: Transformer, batch: PyTree, key: PRNGKeyArray) -> Float[Array, ""]:
+    """Mean next-token cross-entropy (nats) over a batch, plus the MoE load loss.
+
+    ``batch`` is ``int[B, L]`` (every position after the first is a target) or
+    ``(int[B, L], bool[B, L])`` where the mask selects the target positions (padding excluded).
+    Module level, so `jaxgen.core.fit` reuses its compiled step.
+    """
+    del key
+    tokens, mask = _split_batch(batch)
+    if tokens.ndim != 2 or tokens.shape[1] < 2:
+        raise ValueError(f"`batch` tokens must have shape (B, L) with L >= 2, got "
+                         f"{tokens.shape}.")
+    logits, aux = jax.vmap(model.forward)(tokens[:, :-1])
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    nll = -jnp.take_along_axis(logp, tokens[:, 1:, None], axis=-1)[..., 0]
+    if mask is None:
+        loss = jnp.mean(nll)
+    else:
+        w = mask[:, 1:].astype(nll.dtype)
+        loss = jnp.sum(nll * w) / jnp.maximum(jnp.sum(w), 1.0)
+    return loss + AUX_LOSS_WEIGHT * jnp.mean(aux)
+
+
+def lm_optimizer(learning_rate: float, num_steps: int, *, warmup_steps: int | None = None,
+                 weight_decay: float = 0.1, clip_norm: float | None = 1.0, b1: float = 0.9,
+                 b2: float = 0.95, dyadic_depth: int | None = None
+                 ) -> optax.GradientTransformation:
+    """AdamW (betas 0.9/0.95, decay on matrices only), linear warm-up + cosine, clipping.
+
+    ``dyadic_depth``: wrap it in the CoFrGeNet dyadic schedule (`jaxgen.nn.dyadic_schedule`).
+    """
+    warmup = max(1, num_steps // 20) if warmup_steps is None else max(1, warmup_steps)
+    schedule = optax.warmup_cosine_decay_schedule(0.0, learning_rate, warmup,
+                                                  max(num_steps, warmup + 1))
+
+    def decay_mask(params: PyTree) -> PyTree:
+        return jtu.tree_map(lambda x: x.ndim >= 2, params)
+
+    opt = optax.adamw(schedule, b1=b1, b2=b2, weight_decay=weight_decay, mask=decay_mask)
+    if clip_norm is not None:
+        opt = optax.chain(optax.clip_by_global_norm(clip_norm), opt)
+    if dyadic_depth is not None:
+        opt = dyadic_schedule(opt, max(num_steps, 1), dyadic_depth)
+    return opt
+
+
+def train_lm(model: Transformer, batches, *, num_steps: int, key: PRNGKeyArray,
+             learning_rate: float = 1e-3, warmup_steps: int | None = None,
+             weight_decay: float = 0.1, clip_norm: float | None = 1.0,
+             dyadic_depth: int | None = None, optimizer: optax.GradientTransformation | None = None,
+             checkpoint_dir: str | None = None, checkpoint_every: int = 1000,
+             progress: bool = False) -> FitResult:
+    """Train a causal LM with `jaxgen.core.fit` on `lm_loss` (checkpointed and resumable).
+
+    Args:
+        model: a causal `jaxgen.nn.Transformer`.
+        batches: pure sampler ``batches(key) -> int[B, L]`` or ``(int[B, L], bool[B, L])``
+            (e.g. ``jaxgen.data.random_windows(tokens, B, context + 1)`` or
+            ``jaxgen.core.minibatches(samples, B)`` to fine-tune on sequences).
+        num_steps, key: as in `fit`.
+        learning_rate, warmup_steps, weight_decay, clip_norm, dyadic_depth: `lm_optimizer`.
+        optimizer: overrides the default `lm_optimizer`.
+        checkpoint_dir, checkpoint_every, progress: as in `fit`.
+
+    Returns:
+        `jaxgen.core.FitResult` (model, opt_state, losses, resumed_from).
+    """
+    _check_model(model)
+    if not model.causal:
+        raise ValueError("`train_lm` trains causal language models; got causal=False.")
+    if optimizer is None:
+        optimizer = lm_optimizer(learning_rate, num_steps, warmup_steps=warmup_steps,
+                                 weight_decay=weight_decay, clip_norm=clip_norm,
+                                 dyadic_depth=dyadic_depth)
+    return fit(lm_loss, model, batches, optimizer, num_steps=num_steps, key=key,
+               checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
+               progress=progress)
+
+
+@eqx.filter_jit
+def _batch_nll(model: Transformer, windows: Array, mask: Array) -> tuple[Array, Array]:
+    nll = jax.vmap(lambda seq: token_nll(model, seq))(windows)
+    w = mask[:, 1:].astype(nll.dtype)
+    return jnp.sum(nll * w), jnp.sum(w)
+
+
+class LMEvaluation(NamedTuple):
+    """Held-out next-token statistics.
+
+    Attributes:
+        nll: mean negative log-likelihood per predicted token (nats).
+        bits_per_token: ``nll / ln 2`` (bits per byte for byte tokens).
+        perplexity: ``exp(nll)``.
+        num_tokens: number of predicted tokens.
+    """
+
+    nll: float
+    bits_per_token: float
+    perplexity: float
+    num_tokens: int
+
+
+def evaluate_lm(model: Transformer, tokens: np.ndarray | Array, *, context: int | None = None,
+                max_windows: int | None = None, batch_size: int = 64) -> LMEvaluation:
+    """Deterministic held-out evaluation on non-overlapping windows of a token stream.
+
+    Windows of ``context + 1`` tokens start every ``context`` tokens, so each token after the
+    first is predicted exactly once, from at most ``context`` previous tokens of its window.
+
+    Args:
+        model: causal `Transformer`.
+        tokens: 1-D integer stream ``(N,)``.
+        context: window context (default ``model.max_len``, at most ``model.max_len``).
+        max_windows: evaluate only the first this many windows (evenly spaced if fewer).
+        batch_size: windows per compiled call.
+    """
+    _check_model(model)
+    arr = np.asarray(tokens)
+    if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"`tokens` must be a 1-D integer array, got {arr.dtype}{arr.shape}.")
+    context = model.max_len if context is None else context
+    if not 1 <= context <= model.max_len:
+        raise ValueError(f"`context` must be in [1, {model.max_len}] (the model's max_len), got "
+                         f"{context}.")
+    num = (arr.shape[0] - 1) // context
+    if num < 1:
+        raise ValueError(f"`tokens` has {arr.shape[0]} ids; need at least context + 1 = "
+                         f"{context + 1}.")
+    starts = np.arange(num) * context
+    if max_windows is not None and max_windows < num:
+        starts = starts[np.linspace(0, num - 1, max_windows).round().astype(int)]
+    windows = np.stack([arr[s:s + context + 1] for s in starts]).astype(np.int32)
+    total, count = 0.0, 0.0
+    for i in range(0, len(windows), batch_size):
+        chunk = windows[i:i + batch_size]
+        pad = batch_size - len(chunk)
+        mask = np.ones_like(chunk, dtype=bool)
+        if pad:  # pad to a fixed batch shape so one compilation serves every chunk
+            chunk = np.concatenate([chunk, np.zeros((pad, chunk.shape[1]), np.int32)])
+            mask = np.concatenate([mask, np.zeros((pad, mask.shape[1]), bool)])
+        s, c = _batch_nll(model, jnp.asarray(chunk), jnp.asarray(mask))
+        total, count = total + float(s), count + float(c)
+    nll = total / count
+    return LMEvaluation(nll, nll / math.log(2), math.exp(nll), int(count))
+
+
+def sequence_log_prob(model: Transformer, tokens: Int[Array, " L"],
+                      mask: Bool[Array, " L"] | None = None) -> Float[Array, ""]:
+    """``sum_{i >= 1, mask_i} log p(x_i | x_<i)`` of one sequence (the first token is context).
+
+    For documents of different lengths pad them and pass ``mask`` (True on real tokens). Prepend
+    a BOS id if the first token should be scored too.
+    """
+    nll = token_nll(model, tokens)
+    if mask is not None:
+        if mask.shape != tokens.shape:
+            raise ValueError(f"`mask` shape {mask.shape} must equal `tokens` shape "
+                             f"{tokens.shape}.")
+        nll = jnp.where(mask[1:], nll, 0.0)
+    return -jnp.sum(nll)
+
+
+@eqx.filter_jit
+def score_sequences(model: Transformer, tokens: Int[Array, "B L"],
+                    mask: Bool[Array, "B L"] | None = None) -> Float[Array, " B"]:
+    """`sequence_log_prob` of every row of a batch (jitted)."""
+    if tokens.ndim != 2:
+        raise ValueError(f"`tokens` must have shape (B, L), got {tokens.shape}.")
+    if mask is None:
+        mask = jnp.ones(tokens.shape, dtype=bool)
+    if mask.shape != tokens.shape:
+        raise ValueError(f"`mask` shape {mask.shape} must equal `tokens` shape {tokens.shape}.")
+    return jax.vmap(lambda x, m: sequence_log_prob(model, x, m))(tokens, mask)
+
+
+def generative_perplexity(scorer: Transformer, samples: Int[Array, "B L"],
+                          mask: Bool[Array, "B L"] | None = None) -> Float[Array, ""]:
+    """Perplexity of generated ``samples`` under a separately trained causal ``scorer``.
+
+    ``exp(-sum log p / number of scored tokens)``; the first token of each row is context only.
+    The offline stand-in for scoring samples with a large pretrained LM.
+    """
+    samples = jnp.asarray(samples)
+    if mask is None:
+        mask = jnp.ones(samples.shape, dtype=bool)
+    logp = score_sequences(scorer, samples, mask)
+    count = jnp.sum(mask[:, 1:])
+    return jnp.exp(-jnp.sum(logp) / count)
+
+
+def _sample_impl(key: PRNGKeyArray, model: Transformer, prompt: Array, length: int,
+                 temperature: float, top_k: int | None) -> Array:
+    p = prompt.shape[0]
+    buf = jnp.zeros((length,), jnp.int32).at[:p].set(prompt.astype(jnp.int32))
+
+    def step(i: Array, carry: tuple[Array, PRNGKeyArray]) -> tuple[Array, PRNGKeyArray]:
+        buf, key = carry
+        key, sub = jr.split(key)
+        logits = model(buf)[i - 1] / temperature  # causal: positions >= i are not seen
+        if top_k is not None:
+            kth = jax.lax.top_k(logits, top_k)[0][-1]
+            logits = jnp.where(logits >= kth, logits, -jnp.inf)
+        return buf.at[i].set(jr.categorical(sub, logits).astype(jnp.int32)), key
+
+    return jax.lax.fori_loop(p, length, step, (buf, key))[0]
+
+
+@eqx.filter_jit
+def _sample_batch(keys: Array, model: Transformer, prompt: Array, length: int,
+                  temperature: float, top_k: int | None) -> Array:
+    return jax.vmap(lambda k: _sample_impl(k, model, prompt, length, temperature, top_k))(keys)
+
+
+def sample_lm(key: PRNGKeyArray, model: Transformer, num_samples: int, length: int, *,
+              prompt: Int[Array, " P"], temperature: float = 1.0, top_k: int | None = None
+              ) -> Int[Array, "B L"]:
+    """Ancestral sampling from a causal LM: ``int32[num_samples, length]``, prompt included.
+
+    Each step re-runs the model on the fixed-length buffer (no KV cache: small models only).
+
+    Args:
+        key: PRNG key.
+        model: causal `Transformer`.
+        num_samples: sequences to draw.
+        length: total length including the prompt (``<= model.max_len``).
+        prompt: 1-D ids, at least one (e.g. a newline byte or a BOS id).
+        temperature: logits are divided by it (> 0).
+        top_k: keep only the ``top_k`` most likely tokens (``None``: all).
+    """
+    _check_model(model)
+    if not model.causal:
+        raise ValueError("`sample_lm` needs a causal model.")
+    prompt = jnp.asarray(prompt)
+    if prompt.ndim != 1 or prompt.shape[0] < 1:
+        raise ValueError(f"`prompt` must be 1-D with at least one token, got {prompt.shape}.")
+    if not prompt.shape[0] <= length <= model.max_len:
+        raise ValueError(f"`length` must be in [len(prompt)={prompt.shape[0]}, max_len="
+                         f"{model.max_len}], got {length}.")
+    if not temperature > 0:
+        raise ValueError(f"`temperature` must be > 0, got {temperature!r}.")
+    if top_k is not None and not 1 <= top_k <= model.out_size:
+        raise ValueError(f"`top_k` must be in [1, {model.out_size}] or None, got {top_k!r}.")
+    return _sample_batch(jr.split(key, num_samples), model, prompt, length, temperature, top_k)

@@ -1,0 +1,227 @@
+"""Continued-fraction maths and layers (spec cofrgenet.md checks F1-F9) against float64 numpy."""
+
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import optax
+import pytest
+from jax.test_util import check_grads
+
+from jaxgen.nn import (
+    capped_reciprocal,
+    cf_bottom_up,
+    cf_log_positive,
+    cf_signed_logexp,
+    cf_value,
+    CffnMixer,
+    continuants,
+    count_parameters,
+    dyadic_active_depth,
+    dyadic_schedule,
+    dyadic_start_steps,
+    GatedCFMixer,
+    MLPMixer,
+    recip_logexp,
+    SwiGLUMixer,
+)
+
+
+def np_ladder(a, eps=None):
+    """float64 numpy bottom-up continued fraction over the last axis (independent oracle)."""
+    a = np.asarray(a, dtype=np.float64)
+
+    def recip(v):
+        if eps is None:
+            return 1.0 / v
+        sign = np.where(v >= 0, 1.0, -1.0)
+        return np.where(np.abs(v) >= eps, 1.0 / np.where(np.abs(v) >= eps, v, 1.0), sign / eps)
+
+    t = a[..., -1]
+    for k in range(a.shape[-1] - 2, -1, -1):
+        t = a[..., k] + recip(t)
+    return recip(t)
+
+
+def _random_signed(key, shape):
+    k1, k2 = jr.split(key)
+    mag = jr.uniform(k1, shape, minval=0.5, maxval=3.0)
+    return jnp.where(jr.bernoulli(k2, 0.5, shape), mag, -mag)
+
+
+@pytest.mark.parametrize("d", range(1, 9))
+def test_f1_direct_equals_bottom_up(getkey, d):
+    a = _random_signed(getkey(), (64, d))
+    ref = np_ladder(np.asarray(a))
+    keep = np.abs(np.asarray(continuants(a))[:, -1]) > 0.01  # away from the clamp
+    np.testing.assert_allclose(np.asarray(cf_value(a))[keep], ref[keep], rtol=1e-10)
+    np.testing.assert_allclose(np.asarray(cf_bottom_up(a)), ref, rtol=1e-10)
+
+
+def test_f2_closed_forms():
+    a, b, c = 1.7, -0.6, 2.3
+    assert float(cf_value(jnp.array([a]))) == pytest.approx(1 / a, rel=1e-14)
+    assert float(cf_value(jnp.array([a, b]))) == pytest.approx(b / (a * b + 1), rel=1e-14)
+    assert float(continuants(jnp.array([a, b, c]))[-1]) == pytest.approx(a * b * c + a + c)
+    fib = [1, 1]
+    for _ in range(12):
+        fib.append(fib[-1] + fib[-2])
+    for d in range(1, 10):  # all ones -> F_d / F_{d+1}
+        assert float(cf_value(jnp.ones(d))) == pytest.approx(fib[d - 1] / fib[d], rel=1e-14)
+    assert float(cf_value(jnp.ones(5))) == pytest.approx(0.625)
+
+
+def test_f3_custom_gradient(getkey):
+    a = _random_signed(getkey(), (16, 5))
+    kd = np.abs(np.asarray(continuants(a))[:, -1])
+    a = a[kd > 0.1]
+    g_custom = jax.grad(lambda x: jnp.sum(cf_value(x)))(a)
+    g_auto = jax.grad(lambda x: jnp.sum(cf_bottom_up(x)))(a)
+    np.testing.assert_allclose(g_custom, g_auto, rtol=1e-9)
+    check_grads(jax.jit(cf_value), (a,), order=1, modes=["rev"], rtol=1e-5)
+    a32 = a.astype(jnp.float32)
+    g32 = jax.grad(lambda x: jnp.sum(cf_value(x)))(a32)
+    assert g32.dtype == jnp.float32
+    np.testing.assert_allclose(g32, g_auto, rtol=1e-3, atol=1e-5)
+
+
+@pytest.mark.parametrize("d", [1, 2, 5, 16])
+def test_f4_log_positive_equals_reference(getkey, d):
+    logs = jr.normal(getkey(), (32, d))
+    ref = np_ladder(np.exp(np.asarray(logs)))
+    np.testing.assert_allclose(cf_log_positive(logs), ref, rtol=1e-12)
+    out32 = cf_log_positive(logs.astype(jnp.float32))
+    assert out32.dtype == jnp.float32
+    np.testing.assert_allclose(out32, ref, rtol=1e-5)
+    check_grads(jax.jit(cf_log_positive), (logs[:4],), order=1, modes=["rev"], rtol=1e-5)
+
+
+def test_f5_deep_ladder_overflow():
+    a = jr.uniform(jr.key(0), (64,), minval=5.0, maxval=20.0, dtype=jnp.float32)
+    ref = np_ladder(np.asarray(a, np.float64))
+    assert not np.isfinite(float(cf_value(a)))  # continuants overflow: inf / inf
+    out = float(cf_log_positive(jnp.log(a)))
+    assert np.isfinite(out) and out == pytest.approx(ref, rel=1e-5)
+    g = jax.grad(lambda x: cf_log_positive(x))(jnp.log(a))
+    assert bool(jnp.all(jnp.isfinite(g)))
+
+
+def test_f6_signed_logexp_equals_capped(getkey):
+    eps = 0.01
+    special = jnp.array([0.0, eps / 2, -eps / 2, eps, -eps, 1e-30, -1e-30, 3.0])
+    np.testing.assert_allclose(recip_logexp(special, eps), capped_reciprocal(special, eps),
+                               rtol=1e-12)
+    a = _random_signed(getkey(), (256, 6)) * jr.uniform(getkey(), (256, 6), maxval=2.0)
+    a = a.at[:8, -1].set(special)
+    np.testing.assert_allclose(cf_signed_logexp(a, eps), np_ladder(np.asarray(a), eps),
+                               rtol=1e-10)
+    np.testing.assert_allclose(cf_signed_logexp(a, eps), cf_bottom_up(a, eps), rtol=1e-10)
+    # 1e6 float32 inputs (including exact zeros): no NaN in values or gradients.
+    v = jr.normal(getkey(), (250_000, 4), dtype=jnp.float32) * 0.02
+    v = v.at[:1000].set(0.0)
+    val, grad = jax.jit(jax.value_and_grad(lambda x: jnp.sum(cf_signed_logexp(x, eps))))(v)
+    assert bool(jnp.isfinite(val)) and bool(jnp.all(jnp.isfinite(grad)))
+    gz = jax.grad(lambda x: jnp.sum(recip_logexp(x, eps)))(jnp.zeros(3))
+    np.testing.assert_array_equal(gz, 0.0)
+
+
+def test_f7_parameter_counts(getkey):
+    p = 768
+    cffn = eqx.filter_eval_shape(lambda k: CffnMixer(p, 3, 5, key=k, ladder_bias=False),
+                                 jr.key(0))
+    assert count_parameters(cffn) == 1_193_472
+    mlp = eqx.filter_eval_shape(lambda k: MLPMixer(p, key=k), jr.key(0))
+    assert count_parameters(mlp) == 4_718_592
+    for lad, d in [(3, 5), (2, 12)]:
+        g = eqx.filter_eval_shape(lambda k, lad=lad, d=d: GatedCFMixer(p, lad, d, key=k),
+                                  jr.key(0))
+        assert count_parameters(g) == 3 * p**2 + lad * p * (2 * d + 1)
+
+
+def np_gated_cf(m, x):
+    """float64 numpy GatedCF forward (spec 2.3) with the ladder of the layer's division."""
+    w, b, c = (np.asarray(t, np.float64) for t in (m.w, m.b, m.c))
+    u = np.asarray(m.w_value) @ x
+    g = np.asarray(m.w_gate) @ x
+    g = g / (1 + np.exp(-g))
+    pre = np.moveaxis(w * u + b, 1, -1)  # (ladders, dim, depth)
+    if m.division == "log_positive":
+        z = np_ladder(np.exp(pre))
+    elif m.division == "signed_logexp":
+        z = np_ladder(pre, m.eps)
+    else:
+        z = np_ladder(pre)
+    return np.asarray(m.w_out) @ (g * (u + np.sum(c * z, axis=0)))
+
+
+@pytest.mark.parametrize("division", ["log_positive", "signed_logexp", "direct"])
+def test_gated_cf_layer_matches_numpy(getkey, division):
+    m = GatedCFMixer(6, 2, 4, key=getkey(), division=division, c_std=0.5)
+    m = eqx.tree_at(lambda t: t.w, m, jr.normal(getkey(), m.w.shape))
+    x = jr.normal(getkey(), (6,))
+    np.testing.assert_allclose(m(x), np_gated_cf(m, np.asarray(x)), rtol=1e-9)
+    check_grads(jax.jit(lambda x: m(x)), (x,), order=1, modes=["rev"], rtol=1e-5)
+
+
+def test_cffn_layer_matches_numpy(getkey):
+    m = CffnMixer(5, 2, 3, key=getkey())
+    m = eqx.tree_at(lambda t: t.w, m, jr.normal(getkey(), m.w.shape))
+    x = jr.normal(getkey(), (5,))
+    xh = np.asarray(x) / (1 + np.exp(-(np.asarray(m.g) @ np.asarray(x))))
+    pre = np.moveaxis(np.asarray(m.w) * xh + np.asarray(m.b), 1, -1)
+    ref = np.asarray(m.u) @ np.asarray(x) + np.sum(np.asarray(m.v) * np_ladder(pre), axis=0)
+    np.testing.assert_allclose(m(x), ref, rtol=1e-9)
+
+
+def test_f8_zero_ladders_is_swiglu(getkey):
+    p = 8
+    g = GatedCFMixer(p, 3, 5, key=getkey())  # c = 0 at init
+    s = SwiGLUMixer(p, hidden=p, key=getkey())
+    s = eqx.tree_at(lambda t: (t.w_gate, t.w_value, t.w_out), s, (g.w_gate, g.w_value, g.w_out))
+    x = jr.normal(getkey(), (4, p))
+    np.testing.assert_allclose(jax.vmap(g)(x), jax.vmap(s)(x), rtol=1e-12)
+    g0 = GatedCFMixer(p, 0, 5, key=getkey())  # num_ladders = 0: r := 0 ablation
+    assert count_parameters(g0) == 3 * p * p
+
+
+def test_f9_dyadic_schedule():
+    assert dyadic_start_steps(19073, 5) == [9537, 14305, 16689, 17881, 18477]
+    assert int(dyadic_active_depth(9536, 19073, 5)) == 0
+    assert int(dyadic_active_depth(9537, 19073, 5)) == 1
+    assert int(dyadic_active_depth(19072, 19073, 5)) == 5
+    with pytest.raises(ValueError, match="total_steps"):
+        dyadic_start_steps(0, 5)
+    m = CffnMixer(4, 2, 3, key=jr.key(0))
+    opt = dyadic_schedule(optax.adamw(1e-2, weight_decay=0.5), total_steps=8, depth=3)
+    params = eqx.filter(m, eqx.is_inexact_array)
+    state = opt.init(params)
+    x = jnp.linspace(-1, 1, 4)
+    for step in range(8):  # starts: [4, 6, 7]
+        grads = eqx.filter_grad(lambda mm: jnp.sum(mm(x) ** 2))(m)
+        updates, state = opt.update(grads, state, eqx.filter(m, eqx.is_inexact_array))
+        new = eqx.apply_updates(m, updates)
+        active = sum(step >= s for s in [4, 6, 7])
+        dw = np.asarray(new.w - m.w)
+        np.testing.assert_array_equal(dw[:, active:], 0.0)  # frozen levels: exactly no update
+        np.testing.assert_array_equal(np.asarray(new.b - m.b)[:, active:], 0.0)
+        if active:
+            assert np.any(dw[:, :active] != 0)
+        assert np.any(np.asarray(new.u - m.u) != 0)
+        m = new
+
+
+def test_cf_bad_input():
+    with pytest.raises(ValueError, match="depth"):
+        cf_value(jnp.zeros((3, 0)))
+    with pytest.raises(ValueError, match="eps"):
+        cf_value(jnp.ones(3), eps=0.0)
+    with pytest.raises(ValueError, match="eps"):
+        cf_signed_logexp(jnp.ones(3), eps=-1.0)
+    with pytest.raises(ValueError, match="division"):
+        GatedCFMixer(4, key=jr.key(0), division="magic")
+    with pytest.raises(ValueError, match="num_ladders"):
+        CffnMixer(4, 3, 0, key=jr.key(0))
+    assert math.isfinite(float(cf_bottom_up(jnp.ones(3), 0.1)))
