@@ -30,3 +30,8 @@ from ._tree_guided import (
     tree_guided_drift as tree_guided_drift,
 )
 from ._tree_topology import TreeTopology as TreeTopology
+from ._tree_fit import (
+    fit_nbffg as fit_nbffg,
+    full_tree_loss as full_tree_loss,
+    leaf_batches as leaf_batches,
+)

@@ -211,7 +211,7 @@ class TreeTopology:
                 active.append(len(parent) - 1)
         t_end = t + rng.exponential(1.0 / len(active))
         end = np.array([split_time.get(v, t_end) for v in range(len(parent))])
-        length = (end - np.array(birth)) * (height / t_end)
+        length = (end - np.array(birth)) * (height / (t_end - split_time[0]))
         length[0] = 0.0
         return _bfs_relabel(np.array(parent), length)
 
