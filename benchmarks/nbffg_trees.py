@@ -37,9 +37,9 @@ from jaxgen.bridges import (
 NAME = "nbffg_trees"
 PAPER = "Neural Backward Filtering Forward Guiding (Yang, van der Meulen, Sommer, arXiv 2601.23030)"
 CONFIGS = {
-    "quick": {"lg_depth": 4, "dw_depth": 3, "dw_steps_per_edge": 16, "train_steps": 150,
-              "batch_paths": 4, "batch_full": 1, "is_samples": 512,
-              "timing_depths": [4, 6, 8], "timing_steps": 8},
+    "quick": {"lg_depth": 4, "dw_depth": 3, "dw_steps_per_edge": 10, "train_steps": 100,
+              "batch_paths": 4, "batch_full": 1, "is_samples": 256,
+              "timing_depths": [3, 5, 7], "timing_steps": 4},
     "full": {"lg_depth": 6, "dw_depth": 5, "dw_steps_per_edge": 50, "train_steps": 2000,
              "batch_paths": 8, "batch_full": 1, "is_samples": 4096,
              "timing_depths": [4, 5, 6, 7, 8, 9, 10], "timing_steps": 50},

@@ -27,6 +27,7 @@ from ._tree_guided import (
     path_loss as path_loss,
     proxy_posterior_mean as proxy_posterior_mean,
     sde_proxy_from_anchors as sde_proxy_from_anchors,
+    simulate_tree as simulate_tree,
     tree_guided_drift as tree_guided_drift,
 )
 from ._tree_topology import TreeTopology as TreeTopology

@@ -33,6 +33,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from ..core import solve_sde
 from ._tree_filter import (
+    Canonical,
     LinearKernels,
     LinearSDEs,
     TreeFilter,
@@ -460,3 +461,26 @@ def sde_proxy_from_anchors(
     a1 = jax.vmap(a_at)(tau, anchors)
     z = jnp.zeros((n, d, d), anchors.dtype)
     return LinearSDEs(z, jnp.zeros((n, d), anchors.dtype), a0, a1)
+
+
+def simulate_tree(
+    key: PRNGKeyArray,
+    topo: TreeTopology,
+    sde: TreeSDE,
+    x_root: Float[Array, " dim"],
+    num_steps: int = 50,
+) -> Float[Array, "N dim"]:
+    """Unconditioned forward simulation of every node (Euler-Maruyama, ``num_steps`` per edge).
+
+    Runs `guided_sample` with an uninformative filter (``H = F = 0``, so ``r~ = 0``): the
+    steps are the same time-changed grid as guided sampling.
+    """
+    n, d = topo.num_nodes, x_root.shape[0]
+    dtype = x_root.dtype
+    z = jnp.zeros((n, d, d), dtype)
+    zero = Canonical(jnp.zeros((n,), dtype), jnp.zeros((n, d), dtype), z)
+    filt = TreeFilter(zero, zero, jnp.zeros((n, num_steps + 1, d, d), dtype),
+                      jnp.zeros((n, num_steps + 1, d), dtype))
+    px = LinearSDEs(z, jnp.zeros((n, d), dtype), z, z)
+    gt = GuidedTree(topo=topo, model=sde, filt=filt, proxy=px, x_root=x_root)
+    return guided_sample(key, gt).states
