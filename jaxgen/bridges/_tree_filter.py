@@ -81,7 +81,8 @@ def pullback(
     Returns the canonical form of ``x -> \int U(z; c, F, H) N(z; Phi x + beta, Q) dz``:
     with ``M = (I + H Q)^{-1}``, ``Hb = M H``, ``Fb = M F``,
     ``cb = c + F^T Q M F / 2 - log det(I + H Q) / 2``, the result is
-    ``H' = Phi^T Hb Phi``, ``F' = Phi^T (Fb - Hb beta)``, ``c' = cb + Fb^T beta - beta^T Hb beta / 2``.
+    ``H' = Phi^T Hb Phi``, ``F' = Phi^T (Fb - Hb beta)``,
+    ``c' = cb + Fb^T beta - beta^T Hb beta / 2``.
     ``Q`` may be singular (``Q = 0`` is the identity map) and so may ``H``.
     """
     k = Q.shape[-1]
@@ -178,7 +179,8 @@ def lg_sde_to_discrete(
 ) -> tuple[Float[Array, "dim dim"], Float[Array, " dim"], Float[Array, "dim dim"]]:
     r"""Exact transition ``N(Phi x + b, Q)`` of ``dX = (B X + beta) dt + sigma dW`` over ``tau``.
 
-    ``Phi = e^{B tau}``, ``b = \int_0^tau e^{B s} beta ds``, ``Q = \int_0^tau e^{B s} a e^{B^T s} ds``,
+    ``Phi = e^{B tau}``, ``b = \int_0^tau e^{B s} beta ds``,
+    ``Q = \int_0^tau e^{B s} a e^{B^T s} ds``,
     all from matrix exponentials of block matrices (Van Loan, 1978); ``a`` is constant.
     """
     d = B.shape[0]
@@ -375,7 +377,9 @@ def backward_filter(
         p = tuple(a[idx] for a in params)
         if sde and method == "ode":
             grid_msgs = jax.vmap(
-                lambda mm, B, b, a0, a1, tau: _edge_ode(mm, B, b, a0, a1, tau, num_steps, rtol, atol)
+                lambda mm, B, b, a0, a1, tau: _edge_ode(
+                    mm, B, b, a0, a1, tau, num_steps, rtol, atol
+                )
             )(msg, *p, tau_all[idx])
         elif sde:
             grid_msgs = jax.vmap(

@@ -130,8 +130,8 @@ class TreeTopology:
         sched_parent = np.where(sched < n, np.append(parent, n)[sched], n)
         self.level_schedule = sched
         self.level_schedule_parent = sched_parent
-        for arr in (parent, branch_length, depth, is_leaf, leaves, leaf_index, n_below, paths, sched,
-                    sched_parent):
+        for arr in (parent, branch_length, depth, is_leaf, leaves, leaf_index, n_below, paths,
+                    sched, sched_parent):
             arr.setflags(write=False)
         self._key = (parent.tobytes(), branch_length.tobytes())
 

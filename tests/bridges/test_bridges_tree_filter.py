@@ -146,7 +146,7 @@ def test_sde_filter_ode_vs_closed_form_vs_discrete(getkey):
 
 
 def test_brownian_edge_closed_form():
-    """1-D Brownian edge, leaf variance R: H(t) = 1/(tau - t + R), c = -log(2 pi (tau-t+R))/2 - ..."""
+    """1-D Brownian edge, leaf variance R: H(t) = 1/(tau - t + R), closed-form c."""
     topo = TreeTopology.from_parents(np.array([-1, 0]), np.array([0.0, 0.7]))
     y, Rm = jnp.array([[0.8]]), jnp.array([[0.2]])
     one = jnp.ones((2, 1, 1))
