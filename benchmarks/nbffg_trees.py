@@ -1,0 +1,235 @@
+"""NBFFG on trees: exact linear-Gaussian agreement, BFFG vs NBFFG, path-subsampling cost.
+
+1. Linear-Gaussian tree (discrete edges): backward-filter log-evidence vs the dense smoother,
+   and vs hyperiax's discrete BFFG sweep (peer, timed side by side).
+2. Nonlinear double-well SDE b(x) = x - x^3 on a balanced tree, leaves simulated from the model:
+   BFFG (theta = 0), NBFFG full-tree and NBFFG path-subsampled; ELBO, ESS, log-evidence,
+   ancestral-state RMSE against the simulated truth.
+3. Time per training step vs tree size (balanced trees) for full-tree and path-subsampled losses,
+   with fitted log-log slopes.
+"""
+
+import time
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+
+from jaxgen.bridges import (
+    ControlNet,
+    GuidedTree,
+    LinearKernels,
+    LinearSDEs,
+    TreeSDE,
+    TreeTopology,
+    backward_filter,
+    dense_tree_smoother,
+    fit_nbffg,
+    full_tree_loss,
+    guided_sample,
+    importance_sample,
+    log_evidence,
+    path_loss,
+)
+
+NAME = "nbffg_trees"
+PAPER = "Neural Backward Filtering Forward Guiding (Yang, van der Meulen, Sommer, arXiv 2601.23030)"
+CONFIGS = {
+    "quick": {"lg_depth": 4, "dw_depth": 3, "dw_steps_per_edge": 10, "train_steps": 100,
+              "batch_paths": 4, "batch_full": 1, "is_samples": 256,
+              "timing_depths": [3, 5, 7], "timing_steps": 4},
+    "full": {"lg_depth": 6, "dw_depth": 5, "dw_steps_per_edge": 50, "train_steps": 2000,
+             "batch_paths": 8, "batch_full": 1, "is_samples": 4096,
+             "timing_depths": [4, 5, 6, 7, 8, 9, 10], "timing_steps": 50},
+}
+
+SIGMA = 0.6
+
+
+def _dw_drift(t, x):
+    return x - x**3
+
+
+def _dw_sigma(t, x):
+    return SIGMA * jnp.eye(1, dtype=x.dtype)
+
+
+def _lg_part(cfg, key, rec):
+    topo = TreeTopology.balanced(cfg["lg_depth"], branch_length=0.5)
+    n, d = topo.num_nodes, 2
+    k = jr.split(key, 2)
+    Phi = jnp.array([[0.9, 0.2], [-0.1, 0.8]])
+    beta = jnp.array([0.1, -0.2])
+    Q = jnp.array([[0.3, 0.05], [0.05, 0.2]])
+    kern = LinearKernels(jnp.broadcast_to(Phi, (n, d, d)), jnp.broadcast_to(beta, (n, d)),
+                         jnp.broadcast_to(Q, (n, d, d)))
+    y = jr.normal(k[0], (topo.num_leaves, d))
+    obs_var = 0.1
+    R = obs_var * jnp.eye(d)
+    x0 = jnp.array([0.3, -0.2])
+
+    @jax.jit
+    def ours(y):
+        f = backward_filter(topo, y, kern, R=R)
+        return log_evidence(jax.tree_util.tree_map(lambda a: a[0], f.node), x_root=x0)
+
+    ev = ours(y)
+    _, _, ref = eqx.filter_jit(dense_tree_smoother)(topo, kern, y, R=R, x_root=x0)
+    err = abs(float(ev - ref))
+    rec.metric("lg_log_evidence", float(ev))
+    rec.metric("lg_abs_error_vs_dense", err)
+    rec.claim("lg_exact", "linear-Gaussian tree: filter log-evidence equals the dense Kalman "
+              "smoother (float64)", err, "<=", 1e-8)
+    t_ours = rec.time(ours, y)
+    rec.metric("lg_filter_time_s", t_ours["median_s"])
+    try:
+        import hyperiax
+        from hyperiax.prebuilt import bffg as hb
+
+        htopo = hyperiax.symmetric_topology(cfg["lg_depth"], 2)
+        bf = hb.discrete_bf_sweep(lambda a, p: Phi, lambda a, p: beta, lambda a, p: Q)
+        empty = hyperiax.Tree.empty(htopo, hb.discrete_schema(d))
+
+        @jax.jit
+        def peer(y):
+            tree = hb.init_discrete_tree(empty, y, obs_var, d=d, root_val=x0)
+            tree = bf(tree, params=None)
+            H, F, c = tree.prec[0], tree.ptnl[0], tree.log_norm[0]
+            return c + F @ x0 - 0.5 * x0 @ H @ x0
+
+        ev_peer = peer(y)
+        t_peer = rec.time(peer, y)
+        rec.peer("hyperiax.prebuilt.bffg", {
+            "log_evidence": float(ev_peer), "abs_diff_vs_ours": abs(float(ev_peer - ev)),
+            "median_s": t_peer["median_s"], "first_call_s": t_peer["first_call_s"],
+            "time_ratio_ours_over_peer": t_ours["median_s"] / t_peer["median_s"],
+        })
+    except ImportError:
+        rec.peer("hyperiax.prebuilt.bffg", "not installed")
+    except Exception as e:  # noqa: BLE001 - a peer API change must not stop the benchmark
+        rec.peer("hyperiax.prebuilt.bffg", {"error": f"{type(e).__name__}: {e}"[:300]})
+
+
+def _simulate(key, topo, K, x_root):
+    """Unconditioned forward simulation (a filter with no information: H = F = 0)."""
+    n = topo.num_nodes
+    a = jnp.full((n, 1, 1), SIGMA**2)
+    px = LinearSDEs(jnp.zeros((n, 1, 1)), jnp.zeros((n, 1)), a, a)
+    dummy = backward_filter(topo, jnp.zeros((topo.num_leaves, 1)), px, R=jnp.array([[1e12]]),
+                            num_steps=K)
+    dummy = dummy._replace(H_t=jnp.zeros_like(dummy.H_t), F_t=jnp.zeros_like(dummy.F_t))
+    gt = GuidedTree(topo=topo, model=TreeSDE(_dw_drift, _dw_sigma), filt=dummy, proxy=px,
+                    x_root=x_root)
+    return eqx.filter_jit(guided_sample)(key, gt).states
+
+
+def _dw_part(cfg, key, rec):
+    topo = TreeTopology.balanced(cfg["dw_depth"], branch_length=0.25)
+    n, K = topo.num_nodes, cfg["dw_steps_per_edge"]
+    k_sim, k_obs, k_fit, k_is, k_net = jr.split(key, 5)
+    x_root = jnp.zeros(1)
+    truth = _simulate(k_sim, topo, K, x_root)
+    R = jnp.array([[0.01]])
+    y = truth[topo.leaves] + 0.1 * jr.normal(k_obs, (topo.num_leaves, 1))
+    a = jnp.full((n, 1, 1), SIGMA**2)
+    px = LinearSDEs(jnp.zeros((n, 1, 1)), jnp.zeros((n, 1)), a, a)
+    filt = backward_filter(topo, y, px, R=R, num_steps=K)
+    gt = GuidedTree(topo=topo, model=TreeSDE(_dw_drift, _dw_sigma), filt=filt, proxy=px,
+                    x_root=x_root)
+    M = cfg["is_samples"]
+    isj = eqx.filter_jit(lambda k, g, c: importance_sample(k, g, M, c))
+    internal = np.flatnonzero(~topo.is_leaf)[1:]
+
+    def evaluate(tag, control):
+        out = isj(k_is, gt, control)
+        rmse = float(jnp.sqrt(jnp.mean((out.posterior_mean[internal] - truth[internal]) ** 2)))
+        res = {"elbo": float(out.elbo), "log_evidence": float(out.log_evidence),
+               "ess": float(out.ess), "ess_frac": float(out.ess) / M, "ancestral_rmse": rmse}
+        for k_, v in res.items():
+            rec.metric(f"dw_{tag}_{k_}", v)
+        return res
+
+    ctrl0 = ControlNet(1, 1, 64, 2, key=k_net)
+    bffg = evaluate("bffg", None)
+    results = {"bffg": bffg}
+    curves = {}
+    for mode, bs in (("full", cfg["batch_full"]), ("path", cfg["batch_paths"])):
+        t0 = time.perf_counter()
+        res = fit_nbffg(k_fit, gt, ctrl0, num_steps=cfg["train_steps"], mode=mode, batch_size=bs)
+        rec.metric(f"dw_nbffg_{mode}_train_s", time.perf_counter() - t0)
+        results[mode] = evaluate(f"nbffg_{mode}", res.model)
+        curves[mode] = res.losses
+    rec.claim("nbffg_ess_gt_bffg", "double-well SDE: NBFFG (path-subsampled) ESS > BFFG ESS",
+              results["path"]["ess"] - bffg["ess"], ">", 0.0)
+    rec.claim("nbffg_elbo_ge_bffg", "double-well SDE: NBFFG (path-subsampled) ELBO >= BFFG ELBO",
+              results["path"]["elbo"] - bffg["elbo"], ">=", 0.0)
+    with rec.figure("double_well", ncols=2, figsize=(10, 4)) as (fig, axes):
+        for mode, c in curves.items():
+            w = max(1, len(c) // 20)
+            axes[0].plot(np.convolve(c, np.ones(w) / w, mode="valid"), label=f"NBFFG {mode}")
+        axes[0].set(xlabel="step", ylabel="loss (moving average)", title="training loss")
+        axes[0].legend()
+        names = list(results)
+        axes[1].bar(names, [results[k]["ess_frac"] for k in names])
+        axes[1].set(ylabel="normalised ESS", title=f"ESS over {M} whole-tree samples")
+
+
+@eqx.filter_jit
+def _grad_full(control, gt, key):
+    return eqx.filter_value_and_grad(lambda c: full_tree_loss(key, gt, c, 1))(control)
+
+
+@eqx.filter_jit
+def _grad_path(control, gt, key, rows):
+    return eqx.filter_value_and_grad(lambda c: path_loss(key, gt, rows, c))(control)
+
+
+def _timing_part(cfg, key, rec):
+    K = cfg["timing_steps"]
+    leaves, t_full, t_path = [], [], []
+    for depth in rec.progress(cfg["timing_depths"]):
+        topo = TreeTopology.balanced(depth, branch_length=1.0 / depth)
+        n = topo.num_nodes
+        a = jnp.full((n, 1, 1), SIGMA**2)
+        px = LinearSDEs(jnp.zeros((n, 1, 1)), jnp.zeros((n, 1)), a, a)
+        y = jnp.where(jnp.arange(topo.num_leaves)[:, None] % 2 == 0, 1.0, -1.0)
+        filt = backward_filter(topo, y, px, R=jnp.array([[0.01]]), num_steps=K)
+        gt = GuidedTree(topo=topo, model=TreeSDE(_dw_drift, _dw_sigma), filt=filt, proxy=px,
+                        x_root=jnp.zeros(1))
+        ctrl = ControlNet(1, 1, 64, 2, key=key)
+        rows = jnp.arange(cfg["batch_paths"])
+        tf = rec.time(_grad_full, ctrl, gt, key, repeats=3)
+        tp = rec.time(_grad_path, ctrl, gt, key, rows, repeats=3)
+        leaves.append(topo.num_leaves)
+        t_full.append(tf["median_s"])
+        t_path.append(tp["median_s"])
+    lx = np.log(np.array(leaves, float))
+    s_full = float(np.polyfit(lx, np.log(t_full), 1)[0])
+    s_path = float(np.polyfit(lx, np.log(t_path), 1)[0])
+    rec.metric("timing_leaves", leaves)
+    rec.metric("timing_full_step_s", t_full)
+    rec.metric("timing_path_step_s", t_path)
+    rec.metric("slope_full", s_full)
+    rec.metric("slope_path", s_path)
+    rec.claim("subsampling_scaling", "log-log slope of path-subsampled step time vs leaves is "
+              "below half the full-tree slope", s_path - 0.5 * s_full, "<", 0.0,
+              slope_full=s_full, slope_path=s_path)
+    with rec.figure("time_per_step", figsize=(5, 4)) as (fig, ax):
+        ax.loglog(leaves, t_full, "o-", label=f"full tree (slope {s_full:.2f})")
+        ax.loglog(leaves, t_path, "s-", label=f"path-subsampled, B={cfg['batch_paths']} "
+                  f"(slope {s_path:.2f})")
+        ax.set(xlabel="number of leaves", ylabel="seconds per gradient step",
+               title="training cost vs tree size")
+        ax.legend()
+
+
+def run(config, key, rec):
+    jax.config.update("jax_enable_x64", True)
+    k1, k2, k3 = jr.split(key, 3)
+    _lg_part(config, k1, rec)
+    _dw_part(config, k2, rec)
+    _timing_part(config, k3, rec)
+    rec.note("Landmark shapes with Kunita noise are in notebooks/bridges/020_tree_guidance.ipynb, "
+             "not in this benchmark (time).")

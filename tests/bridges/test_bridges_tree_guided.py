@@ -1,0 +1,197 @@
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+
+from jaxgen.bridges import (
+    ControlNet,
+    GuidedTree,
+    LinearKernels,
+    LinearSDEs,
+    TreeKernel,
+    TreeSDE,
+    TreeTopology,
+    backward_filter,
+    dense_tree_smoother,
+    fit_nbffg,
+    guided_sample,
+    importance_sample,
+    path_loss,
+)
+
+TOPO = TreeTopology.balanced(2, branch_length=0.5)
+N = TOPO.num_nodes
+PHI = jnp.array([[0.9, 0.2], [-0.1, 0.8]])
+BETA = jnp.array([0.1, -0.2])
+QM = jnp.array([[0.3, 0.05], [0.05, 0.2]])
+C = jnp.array([[1.0, 0.5]])
+R = jnp.array([[0.05]])
+X0 = jnp.array([0.3, -0.2])
+Y = jnp.array([[0.5], [0.2], [-0.4], [-0.9]])
+
+
+def _mean(x, tau):
+    return PHI @ x + BETA
+
+
+def _cov(x, tau):
+    return QM
+
+
+def _disc_tree():
+    kern = LinearKernels(
+        jnp.broadcast_to(PHI, (N, 2, 2)),
+        jnp.broadcast_to(BETA, (N, 2)),
+        jnp.broadcast_to(QM, (N, 2, 2)),
+    )
+    filt = backward_filter(TOPO, Y, kern, C=C, R=R)
+    model = TreeKernel(_mean, _cov)
+    return GuidedTree(topo=TOPO, model=model, filt=filt, proxy=kern, x_root=X0), kern
+
+
+@eqx.filter_jit
+def _is(key, gt, m, control=None):
+    return importance_sample(key, gt, m, control)
+
+
+def test_discrete_lg_guided_posterior_equals_dense_smoother():
+    gt, kern = _disc_tree()
+    out = _is(jr.key(1), gt, 20_000)
+    means, covs, logev = eqx.filter_jit(dense_tree_smoother)(TOPO, kern, Y, C=C, R=R, x_root=X0)
+    assert float(jnp.max(jnp.abs(out.log_weights))) <= 1e-9  # every l_v = 0
+    np.testing.assert_allclose(out.ess, 20_000, rtol=1e-10)
+    np.testing.assert_allclose(out.log_evidence, logev, atol=1e-8)
+    np.testing.assert_allclose(out.elbo, logev, atol=1e-8)
+    se = jnp.sqrt(jnp.diagonal(covs, axis1=1, axis2=2) / 20_000)[1:]
+    assert float(jnp.max(jnp.abs(out.posterior_mean - means)[1:] / se)) <= 4.0
+    dev = out.states - means[None]
+    emp = jnp.einsum("mni,mnj->nij", dev, dev) / 20_000
+    rel = jnp.linalg.norm(emp - covs, axis=(1, 2))[1:] / jnp.linalg.norm(covs, axis=(1, 2))[1:]
+    assert float(jnp.max(rel)) <= 0.05
+
+
+SIG = 0.6
+
+
+def _sde_drift_lin(t, x):
+    return jnp.zeros_like(x)
+
+
+def _sde_drift_dw(t, x):
+    return x - x**3
+
+
+def _sde_sigma(t, x):
+    return SIG * jnp.eye(1, dtype=x.dtype)
+
+
+Y1 = jnp.array([[1.0], [0.9], [-1.0], [-1.1]])
+R1 = jnp.array([[0.01]])
+K = 8
+
+
+def _sde_tree(drift):
+    a = jnp.full((N, 1, 1), SIG**2)
+    px = LinearSDEs(jnp.zeros((N, 1, 1)), jnp.zeros((N, 1)), a, a)
+    filt = backward_filter(TOPO, Y1, px, R=R1, num_steps=K)
+    return GuidedTree(topo=TOPO, model=TreeSDE(drift, _sde_sigma), filt=filt, proxy=px,
+                      x_root=jnp.zeros(1))
+
+
+def test_sde_lg_exact_proxy_has_equal_weights_and_exact_evidence():
+    gt = _sde_tree(_sde_drift_lin)
+    out = _is(jr.key(2), gt, 400)
+    assert float(jnp.max(jnp.abs(out.log_weights))) <= 1e-10  # G == 0 when b = b~, a = a~
+    np.testing.assert_allclose(out.ess, 400, rtol=1e-10)
+    kern = LinearKernels(jnp.ones((N, 1, 1)), jnp.zeros((N, 1)),
+                         SIG**2 * jnp.asarray(TOPO.branch_length)[:, None, None])
+    means, covs, logev = dense_tree_smoother(TOPO, kern, Y1, R=R1, x_root=jnp.zeros(1))
+    np.testing.assert_allclose(out.log_evidence, logev, atol=1e-10)
+    se = jnp.sqrt(covs[:, 0, 0] / 400)[1:]
+    err = jnp.abs(out.posterior_mean[1:, 0] - means[1:, 0])
+    assert bool(jnp.all(err <= 4 * se + 0.02))  # Euler-Maruyama, 8 steps per edge
+
+
+def _random_control(key):
+    ctrl = ControlNet(1, 1, 16, 2, key=key)
+    w = ctrl.mlp.layers[-1].weight
+    return eqx.tree_at(lambda c: c.mlp.layers[-1].weight, ctrl, 0.3 * jr.normal(key, w.shape))
+
+
+_guided = eqx.filter_jit(guided_sample)
+_path = eqx.filter_jit(path_loss)
+
+
+def test_zero_control_is_bffg_and_path_loss_telescopes():
+    gt = _sde_tree(_sde_drift_dw)
+    key = jr.key(3)
+    plain = _guided(key, gt, None)
+    zero = _guided(key, gt, ControlNet(1, 1, 16, 2, key=jr.key(0)))
+    np.testing.assert_array_equal(plain.states, zero.states)
+    np.testing.assert_array_equal(plain.edge_loss, zero.edge_loss)
+    ctrl = _random_control(jr.key(4))
+    full = _guided(key, gt, ctrl)
+    # Every leaf once, same key: the weights N_L / n_L(v) make the mean exactly the tree sum.
+    every = _path(key, gt, jnp.arange(TOPO.num_leaves), ctrl)
+    np.testing.assert_allclose(every, jnp.sum(full.train_loss), rtol=1e-10)
+    # vmap == loop
+    keys = jr.split(key, 2)
+    batched = jax.vmap(lambda k: _guided(k, gt, ctrl))(keys)
+    for i in range(2):
+        np.testing.assert_allclose(batched.states[i], _guided(keys[i], gt, ctrl).states, rtol=1e-12)
+
+
+@pytest.mark.slow
+def test_path_subsampling_is_unbiased():
+    gt = _sde_tree(_sde_drift_dw)
+    ctrl = _random_control(jr.key(4))
+    M = 4000
+    keys = jr.split(jr.key(7), M)
+    fulls = jax.jit(jax.vmap(lambda k: jnp.sum(guided_sample(k, gt, ctrl).train_loss)))(keys)
+    leaves = jr.randint(jr.key(8), (M, 1), 0, TOPO.num_leaves)
+    keys2 = jr.split(jr.key(9), M)
+    paths = jax.jit(jax.vmap(lambda k, lf: path_loss(k, gt, lf, ctrl)))(keys2, leaves)
+    se = jnp.sqrt(jnp.var(fulls) / M + jnp.var(paths) / M)
+    assert abs(float(jnp.mean(fulls) - jnp.mean(paths))) <= 3 * float(se)
+    grad_full = eqx.filter_grad(lambda c: jnp.mean(jax.vmap(
+        lambda k: jnp.sum(guided_sample(k, gt, c).train_loss))(keys[:1000])))(ctrl)
+    grad_path = eqx.filter_grad(lambda c: jnp.mean(jax.vmap(
+        lambda k, lf: path_loss(k, gt, lf, c))(keys2[:1000], leaves[:1000])))(ctrl)
+    def flat(g):
+        return jnp.concatenate([x.ravel() for x in jax.tree_util.tree_leaves(g)])
+
+    g1 = flat(eqx.filter(grad_full, eqx.is_array))
+    g2 = flat(eqx.filter(grad_path, eqx.is_array))
+    assert float(g1 @ g2 / jnp.linalg.norm(g1) / jnp.linalg.norm(g2)) >= 0.9
+
+
+@pytest.mark.slow
+def test_fit_nbffg_improves_elbo():
+    gt = _sde_tree(_sde_drift_dw)
+    ctrl0 = ControlNet(1, 1, 32, 2, key=jr.key(0))
+    before = _is(jr.key(11), gt, 512, ctrl0)
+    res = fit_nbffg(jr.key(1), gt, ctrl0, num_steps=300, mode="path", batch_size=2)
+    after = _is(jr.key(11), gt, 512, res.model)
+    assert res.losses.shape == (300,)
+    assert float(after.elbo) > float(before.elbo)
+
+
+def test_guided_bad_input():
+    gt, kern = _disc_tree()
+    sgt = _sde_tree(_sde_drift_dw)
+    with pytest.raises(TypeError, match="must agree"):
+        GuidedTree(topo=TOPO, model=TreeSDE(_sde_drift_dw, _sde_sigma), filt=gt.filt, proxy=kern,
+                   x_root=X0)
+    with pytest.raises(ValueError, match="`x_root` must have shape"):
+        GuidedTree(topo=TOPO, model=gt.model, filt=gt.filt, proxy=kern, x_root=jnp.zeros(3))
+    with pytest.raises(TypeError, match="needs SDE edges"):
+        fit_nbffg(jr.key(0), gt, ControlNet(2, 2, 8, 1, key=jr.key(0)), num_steps=1)
+    ctrl = ControlNet(1, 1, 8, 1, key=jr.key(0))
+    with pytest.raises(ValueError, match="`mode`"):
+        fit_nbffg(jr.key(0), sgt, ctrl, num_steps=1, mode="tree")
+    with pytest.raises(ValueError, match="`batch_size`"):
+        fit_nbffg(jr.key(0), sgt, ctrl, num_steps=1, batch_size=9)
+    with pytest.raises(ValueError, match="`num_samples`"):
+        importance_sample(jr.key(0), gt, 0)
