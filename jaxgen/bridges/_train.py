@@ -97,13 +97,14 @@ class SBNLLLoss(eqx.Module):
         return -jnp.mean(ll) + self.penalty * centre**2
 
 
-def _sampler(Y: Array, batch_size: int) -> Any:
-    n = Y.shape[0]
+class _RowSampler(eqx.Module):
+    """Pure minibatch sampler whose data is a traced field (one compile per shape, not per call)."""
 
-    def sample(key: PRNGKeyArray) -> Array:
-        return Y[jr.randint(key, (batch_size,), 0, n)]
+    Y: Float[Array, "n dim"]
+    batch_size: int = eqx.field(static=True)
 
-    return sample
+    def __call__(self, key: PRNGKeyArray) -> Float[Array, "B dim"]:
+        return self.Y[jr.randint(key, (self.batch_size,), 0, self.Y.shape[0])]
 
 
 def fit_log_potential(
@@ -156,7 +157,7 @@ def fit_log_potential(
     loss = SBNLLLoss(ref, T, num_sources=num_sources, num_inner=num_inner, penalty=penalty)
     if optimizer is None:
         optimizer = adamw_cosine(learning_rate, max(num_steps, 1), weight_decay=0.0)
-    return fit(loss, psi, _sampler(Y, batch_size), optimizer, num_steps=num_steps, key=key,
+    return fit(loss, psi, _RowSampler(Y, batch_size), optimizer, num_steps=num_steps, key=key,
                checkpoint_dir=checkpoint_dir, progress=progress)
 
 
