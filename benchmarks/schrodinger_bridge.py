@@ -248,8 +248,6 @@ def run(config, key, rec):
                     ylabel="energy distance to held-out", title="ring-8 vs ambient dimension")
         axes[1].legend()
         d_show = dims[-1]
-        Xp = np.asarray(results.get("_show", None) or [])
-        del Xp
         axes[2].plot(dims, [results[("sbnn", d)]["heldout_nll"] / d for d in dims], "o-",
                      label="SB-NN held-out NLL / d")
         axes[2].set(xscale="log", xlabel="ambient d", ylabel="NLL per dim",
