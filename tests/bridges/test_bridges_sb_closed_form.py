@@ -76,6 +76,7 @@ def test_ou_transition_heat_of_exp_quadratic(getkey):
     np.testing.assert_allclose(psi.log_heat(ref, x, 0.0), psi(x), rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_ou_transition_simulated(getkey):
     ref = OUReference(2, b=1.0, m=jnp.array([0.5, 0.0]), Sigma=jnp.array([[2.0, 0.5], [0.5, 1.0]]))
     x0, tau, n, steps = jnp.array([1.0, -0.5]), 0.5, 4000, 100
@@ -110,6 +111,7 @@ def test_closed_form_potential_reproduces_target_1d():
     np.testing.assert_allclose(ratio, 1.0, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_closed_form_potential_reproduces_target_2d():
     ref, T = OUReference(2), 1.0
     mu, S = jnp.array([1.0, -0.5]), jnp.array([[0.5, 0.2], [0.2, 0.3]])
@@ -202,7 +204,7 @@ def test_follmer_drift_matches_autodiff_of_log_h():
                                rtol=1e-10)
 
 
-@pytest.mark.parametrize("n,steps", [pytest.param(3000, 100, id="fast"),
+@pytest.mark.parametrize("n,steps", [pytest.param(3000, 100, id="small", marks=pytest.mark.slow),
                                      pytest.param(200_000, 1000, id="spec", marks=pytest.mark.slow)])
 def test_follmer_simulation(getkey, n, steps):
     ref, psi = BrownianReference(2), _follmer_potential()
