@@ -28,7 +28,7 @@ def sample_bridge(
     psi: AbstractLogPotential,
     ref: AbstractReference,
     T: float,
-    x0: Float[Array, "B dim"],
+    x0: Any,
     *,
     num_steps: int = 200,
     quad: Quadrature | None = None,

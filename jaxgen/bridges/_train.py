@@ -110,7 +110,7 @@ class _RowSampler(eqx.Module):
 def fit_log_potential(
     key: PRNGKeyArray,
     psi: AbstractLogPotential,
-    Y: Float[Array, "n dim"],
+    Y: Any,
     *,
     ref: AbstractReference,
     T: Float[ArrayLike, ""],
@@ -164,7 +164,7 @@ def fit_log_potential(
 def evaluate_nll(
     key: PRNGKeyArray,
     psi: AbstractLogPotential,
-    Y: Float[Array, "n dim"],
+    Y: Any,
     *,
     ref: AbstractReference,
     T: Float[ArrayLike, ""],
