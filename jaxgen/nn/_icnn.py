@@ -23,6 +23,7 @@ Non-negativity is imposed in one of two ways (``mode``):
   ``params + update`` is the projected point). Needed for exact constructions (exact zeros).
 """
 
+import functools as ft
 import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -143,11 +144,68 @@ def _load_nonneg(name: str, value: ArrayLike, shape: tuple[int, ...], dtype: Any
     return _raw_from_effective(arr, mode)
 
 
+def _new_module(cls: type, **fields: Any) -> Any:
+    """Instantiate an equinox module from given fields without running ``__init__`` (so loading
+    weights needs no random init); every field of ``cls`` must be given."""
+    missing = set(cls.__dataclass_fields__) - set(fields)
+    if missing:  # pragma: no cover - internal invariant
+        raise RuntimeError(f"_new_module: missing fields {sorted(missing)} for {cls.__name__}.")
+    obj = object.__new__(cls)
+    for name, value in fields.items():
+        object.__setattr__(obj, name, value)
+    return obj
+
+
 def _load_free(name: str, value: ArrayLike, shape: tuple[int, ...], dtype: Any, cls: str) -> Array:
     arr = jnp.asarray(value, dtype=dtype)
     if arr.shape != shape:
         raise ValueError(f"{cls}.from_weights: `{name}` must have shape {shape}, got {arr.shape}.")
     return arr
+
+
+# One jitted initialiser per network type: a single compiled call per shape instead of dozens
+# of eager ops (each of which would compile separately for every new shape).
+
+
+@ft.partial(jax.jit, static_argnums=(1, 2, 3))
+def _init_relu_net(key: PRNGKeyArray, in_size: int, widths: tuple[int, ...], dtype: Any) -> Any:
+    sizes = (in_size, *widths)
+    keys = jr.split(key, len(widths) + 1)
+    weights = tuple(
+        _free_init(k, (sizes[i + 1], sizes[i]), dtype) for i, k in enumerate(keys[:-1])
+    )
+    biases = tuple(jnp.zeros((m,), dtype) for m in widths)
+    return weights, biases, _free_init(keys[-1], (widths[-1],), dtype), jnp.zeros((), dtype)
+
+
+@ft.partial(jax.jit, static_argnums=(1, 2, 3, 4))
+def _init_relu_plus(key: PRNGKeyArray, in_size: int, widths: tuple[int, ...], dtype: Any,
+                    mode: str) -> Any:
+    sizes = (in_size, *widths)
+    keys = jr.split(key, len(widths) + 1)
+    weights = tuple(
+        _nonneg_init(k, (sizes[i + 1], sizes[i]), dtype, mode) for i, k in enumerate(keys[:-1])
+    )
+    # Centre the first pre-activation roughly at 0 on [-1, 1]^n inputs; later layers see
+    # non-negative inputs of mean ~0.5, so start their biases slightly negative.
+    biases = tuple(jnp.full((m,), 0.0 if i == 0 else -0.5, dtype) for i, m in enumerate(widths))
+    w_out = _nonneg_init(keys[-1], (widths[-1],), dtype, mode)
+    return weights, biases, w_out, jnp.zeros((), dtype)
+
+
+@ft.partial(jax.jit, static_argnums=(1, 2, 3, 4))
+def _init_icnn(key: PRNGKeyArray, in_size: int, widths: tuple[int, ...], dtype: Any,
+               mode: str) -> Any:
+    L = len(widths)
+    k_a, k_w, k_out, k_skip = jr.split(key, 4)
+    ka = jr.split(k_a, L)
+    kw = jr.split(k_w, max(L - 1, 1))
+    A = tuple(_free_init(ka[i], (m, in_size), dtype) for i, m in enumerate(widths))
+    b = tuple(jnp.zeros((m,), dtype) for m in widths)
+    W = tuple(_nonneg_init(kw[i], (widths[i + 1], widths[i]), dtype, mode) for i in range(L - 1))
+    w = _nonneg_init(k_out, (widths[-1],), dtype, mode)
+    a = jr.normal(k_skip, (in_size,), dtype) / math.sqrt(in_size)
+    return A, b, W, w, a, jnp.zeros((), dtype)
 
 
 # --------------------------------------------------------------------------------------------
@@ -187,14 +245,9 @@ class ReLUNet(eqx.Module):
         self.in_size = _check_int("in_size", in_size, 1)
         self.widths = _check_widths(widths)
         dtype = _default_dtype(dtype)
-        sizes = (self.in_size, *self.widths)
-        keys = jr.split(key, len(self.widths) + 1)
-        self.weights = tuple(
-            _free_init(k, (sizes[i + 1], sizes[i]), dtype) for i, k in enumerate(keys[:-1])
+        self.weights, self.biases, self.w_out, self.c = _init_relu_net(
+            key, self.in_size, self.widths, dtype
         )
-        self.biases = tuple(jnp.zeros((m,), dtype) for m in self.widths)
-        self.w_out = _free_init(keys[-1], (self.widths[-1],), dtype)
-        self.c = jnp.zeros((), dtype)
 
     @property
     def n_hidden(self) -> int:
@@ -228,7 +281,6 @@ class ReLUNet(eqx.Module):
         if any(len(s) != 2 for s in shapes):
             raise ValueError(f"ReLUNet.from_weights: every `weights[l]` must be 2-D, got {shapes}.")
         widths = tuple(s[0] for s in shapes)
-        model = cls(shapes[0][1], widths, key=jr.key(0), dtype=dtype)
         sizes = (shapes[0][1], *widths)
         Ws = tuple(_load_free(f"weights[{i}]", W, (sizes[i + 1], sizes[i]), dtype, "ReLUNet")
                    for i, W in enumerate(weights))
@@ -236,7 +288,8 @@ class ReLUNet(eqx.Module):
                    for i, b in enumerate(biases))
         w = _load_free("w_out", w_out, (widths[-1],), dtype, "ReLUNet")
         cc = _load_free("c", c, (), dtype, "ReLUNet")
-        return eqx.tree_at(lambda m: (m.weights, m.biases, m.w_out, m.c), model, (Ws, bs, w, cc))
+        return _new_module(cls, weights=Ws, biases=bs, w_out=w, c=cc, in_size=_check_int(
+            "in_size", sizes[0], 1), widths=_check_widths(widths))
 
 
 class ReLUPlusNet(eqx.Module):
@@ -277,18 +330,9 @@ class ReLUPlusNet(eqx.Module):
         self.widths = _check_widths(widths)
         self.mode = _check_mode(mode)
         dtype = _default_dtype(dtype)
-        sizes = (self.in_size, *self.widths)
-        keys = jr.split(key, len(self.widths) + 1)
-        self.weights_raw = tuple(
-            _nonneg_init(k, (sizes[i + 1], sizes[i]), dtype, mode) for i, k in enumerate(keys[:-1])
+        self.weights_raw, self.biases, self.w_out_raw, self.c = _init_relu_plus(
+            key, self.in_size, self.widths, dtype, mode
         )
-        # Centre the first pre-activation roughly at 0 on [-1, 1]^n inputs; later layers see
-        # non-negative inputs of mean ~0.5, so start their biases slightly negative.
-        self.biases = tuple(
-            jnp.full((m,), 0.0 if i == 0 else -0.5, dtype) for i, m in enumerate(self.widths)
-        )
-        self.w_out_raw = _nonneg_init(keys[-1], (self.widths[-1],), dtype, mode)
-        self.c = jnp.zeros((), dtype)
 
     @property
     def n_hidden(self) -> int:
@@ -337,7 +381,6 @@ class ReLUPlusNet(eqx.Module):
             )
         widths = tuple(s[0] for s in shapes)
         sizes = (shapes[0][1], *widths)
-        model = cls(sizes[0], widths, key=jr.key(0), mode=mode, dtype=dtype)
         cls_name = "ReLUPlusNet"
         Ws = tuple(
             _load_nonneg(f"weights[{i}]", W, (sizes[i + 1], sizes[i]), dtype, mode, project,
@@ -348,8 +391,9 @@ class ReLUPlusNet(eqx.Module):
                    for i, b in enumerate(biases))
         w = _load_nonneg("w_out", w_out, (widths[-1],), dtype, mode, project, cls_name)
         cc = _load_free("c", c, (), dtype, cls_name)
-        return eqx.tree_at(lambda m: (m.weights_raw, m.biases, m.w_out_raw, m.c), model,
-                           (Ws, bs, w, cc))
+        return _new_module(cls, weights_raw=Ws, biases=bs, w_out_raw=w, c=cc,
+                           in_size=_check_int("in_size", sizes[0], 1),
+                           widths=_check_widths(widths), mode=mode)
 
 
 class ICNN(eqx.Module):
@@ -401,19 +445,9 @@ class ICNN(eqx.Module):
         self.widths = _check_widths(widths)
         self.mode = _check_mode(mode)
         dtype = _default_dtype(dtype)
-        L = len(self.widths)
-        k_a, k_w, k_out, k_skip = jr.split(key, 4)
-        ka = jr.split(k_a, L)
-        kw = jr.split(k_w, max(L - 1, 1))
-        self.A = tuple(_free_init(ka[i], (m, self.in_size), dtype) for i, m in enumerate(self.widths))
-        self.b = tuple(jnp.zeros((m,), dtype) for m in self.widths)
-        self.W_raw = tuple(
-            _nonneg_init(kw[i], (self.widths[i + 1], self.widths[i]), dtype, mode)
-            for i in range(L - 1)
+        self.A, self.b, self.W_raw, self.w_raw, self.a, self.c = _init_icnn(
+            key, self.in_size, self.widths, dtype, mode
         )
-        self.w_raw = _nonneg_init(k_out, (self.widths[-1],), dtype, mode)
-        self.a = jr.normal(k_skip, (self.in_size,), dtype) / math.sqrt(self.in_size)
-        self.c = jnp.zeros((), dtype)
 
     @property
     def n_hidden(self) -> int:
@@ -475,7 +509,6 @@ class ICNN(eqx.Module):
             )
         widths = tuple(s[0] for s in shapes)
         n = shapes[0][1]
-        model = cls(n, widths, key=jr.key(0), mode=mode, dtype=dtype)
         As = tuple(_load_free(f"A[{i}]", Ai, (widths[i], n), dtype, "ICNN")
                    for i, Ai in enumerate(A))
         bs = tuple(_load_free(f"b[{i}]", bi, (widths[i],), dtype, "ICNN")
@@ -487,8 +520,9 @@ class ICNN(eqx.Module):
         ww = _load_nonneg("w", w, (widths[-1],), dtype, mode, project, "ICNN")
         aa = _load_free("a", a, (n,), dtype, "ICNN")
         cc = _load_free("c", c, (), dtype, "ICNN")
-        return eqx.tree_at(lambda m: (m.A, m.b, m.W_raw, m.w_raw, m.a, m.c), model,
-                           (As, bs, Ws, ww, aa, cc))
+        return _new_module(cls, A=As, b=bs, W_raw=Ws, w_raw=ww, a=aa, c=cc,
+                           in_size=_check_int("in_size", n, 1), widths=_check_widths(widths),
+                           mode=mode)
 
 
 # --------------------------------------------------------------------------------------------

@@ -150,6 +150,7 @@ def max_affine(G: Float[ArrayLike, "M n"], h: Float[ArrayLike, " M"]
             raise ValueError(f"`x` must end in dimension {G_np.shape[1]}, got shape {x.shape}.")
         Gx = jnp.asarray(G_np, dtype=x.dtype)
         hx = jnp.asarray(h_np, dtype=x.dtype)
+        hx = jnp.reshape(hx, (1,) * (x.ndim - 1) + hx.shape)  # explicit rank for promotion
         return jnp.max(x @ Gx.T + hx, axis=-1)
 
     return f
