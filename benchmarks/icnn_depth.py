@@ -36,14 +36,15 @@ PAPER = "On the Depth of Monotone ReLU Neural Networks and ICNNs (arXiv:2505.061
 
 CONFIGS = {
     "quick": {
-        "n_values": [4], "widths": [16, 64], "seeds": 2, "steps": 1500, "batch": 512,
-        "lr": 3e-3, "relu_plus_width": 64, "relu_plus_hidden": [1, 2, 3], "relu_width": 64,
-        "test_points": 20000, "sup_samples": 4096, "sup_starts": 32, "sup_ascent": 60,
-        "sep_k": [2, 3], "sep_icnn_hidden": [1, 2, 3, 4], "sep_icnn_width": 32,
-        "sep_steps": 1500, "peer_hidden": [1, 3], "peer_width": 64,
+        "n_values": [4], "widths": [16, 64], "seeds": 2, "relu_plus_seeds": 1, "steps": 1000,
+        "batch": 256, "lr": 3e-3, "relu_plus_width": 64, "relu_plus_hidden": [1, 2, 3],
+        "relu_width": 64, "test_points": 20000, "sup_samples": 2048, "sup_starts": 16,
+        "sup_ascent": 40, "sep_k": [2, 3], "sep_icnn_hidden": [1, 2, 4], "sep_icnn_width": 32,
+        "sep_steps": 1000, "peer_hidden": [1, 3], "peer_width": 64,
     },
     "full": {
-        "n_values": [4, 6, 8], "widths": [32, 128, 512], "seeds": 3, "steps": 20000,
+        "n_values": [4, 6, 8], "widths": [32, 128, 512], "seeds": 3, "relu_plus_seeds": 3,
+        "steps": 20000,
         "batch": 1024, "lr": 3e-3, "relu_plus_width": 128, "relu_plus_hidden": [1, 2, 3, 4],
         "relu_width": 128, "test_points": 50000, "sup_samples": 16384, "sup_starts": 128,
         "sup_ascent": 200, "sep_k": [2, 4, 8], "sep_icnn_hidden": [1, 2, 3, 4, 6, 8, 12],
@@ -184,7 +185,7 @@ def run(config, key, rec):
         plus = {}
         for L in cfg["relu_plus_hidden"]:
             rm, su, cf, cf2 = [], [], [], []
-            for s in range(cfg["seeds"]):
+            for s in range(cfg["relu_plus_seeds"]):
                 k_init, k_fit, k_sup = jr.split(jr.fold_in(jr.fold_in(k_plus, L), s), 3)
                 model = _fit(ReLUPlusNet(n, (cfg["relu_plus_width"],) * L, key=k_init), max_n,
                              k_fit, cfg, opt, cfg["steps"])
@@ -208,8 +209,10 @@ def run(config, key, rec):
         results[("relu", n)] = tuple(float(v) for v in np.mean(rm, axis=0))
         rec.metric(f"n{n}_relunet_depth3_rmse", results[("relu", n)][0])
         rec.metric(f"n{n}_relunet_depth3_sup", results[("relu", n)][1])
+        rec.metric(f"n{n}_sweep_done_at_s", time.perf_counter() - t_start)
         if n == n0:
             _ott_peer(rec, n, cfg, k_peer, x_test)
+            rec.metric("peer_done_at_s", time.perf_counter() - t_start)
 
     # f_k separation (measurements only)
     sep = {}
