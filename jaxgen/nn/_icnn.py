@@ -1,0 +1,610 @@
+r"""Constrained ReLU networks: plain ReLU nets, monotone ReLU+ nets and input-convex nets (ICNN).
+
+Depth convention (Bakaev et al. 2025): a network
+$f = T_{L+1} \circ \sigma \circ T_L \circ \dots \circ \sigma \circ T_1$ with affine $T_l$ and
+$\sigma(t) = \max(t, 0)$ has ``n_hidden = L`` hidden layers and ``depth = L + 1`` affine maps.
+"Depth 2" is one hidden layer. Every module exposes both ``n_hidden`` and ``depth``.
+
+* `ReLUNet`: all weights free.
+* `ReLUPlusNet`: every weight matrix entrywise $\ge 0$ (biases free); computes coordinate-wise
+  non-decreasing, convex and supermodular functions.
+* `ICNN` (Amos et al. 2017, with input skips):
+
+  $z_1 = \sigma(A_1 x + b_1)$, $z_l = \sigma(W_l z_{l-1} + A_l x + b_l)$ for $l = 2..L$,
+  $f(x) = w^\top z_L + a^\top x + c$, with $W_l \ge 0$ and $w \ge 0$ entrywise, $A_l, a$ free.
+
+Non-negativity is imposed in one of two ways (``mode``):
+
+* ``"softplus"`` (default, for training): the module stores raw weights $r$ and uses
+  $\operatorname{softplus}(r) > 0$; smooth and always feasible, but never exactly zero.
+* ``"project"``: the module stores the effective weights themselves; after every optimiser step
+  they are clipped at 0, either by `project_nonneg(model)` or by chaining the optax
+  transformation `nonneg_projection()` after the optimiser (it rewrites the update so that
+  ``params + update`` is the projected point). Needed for exact constructions (exact zeros).
+"""
+
+import functools as ft
+import math
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import optax
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray, PyTree
+
+_MODES = ("softplus", "project")
+
+
+# --------------------------------------------------------------------------------------------
+# validation helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _check_int(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise TypeError(f"`{name}` must be an int >= {minimum}, got {value!r}.")
+    if value < minimum:
+        raise ValueError(f"`{name}` must be an int >= {minimum}, got {value!r}.")
+    return int(value)
+
+
+def _check_widths(widths: Any) -> tuple[int, ...]:
+    if isinstance(widths, int | np.integer) and not isinstance(widths, bool):
+        raise TypeError(
+            f"`widths` must be a sequence of hidden-layer widths (one int >= 1 per hidden layer), "
+            f"got the int {widths!r}; write e.g. `widths=({widths},) * n_hidden`."
+        )
+    if not isinstance(widths, Sequence) or len(widths) == 0:
+        raise ValueError(
+            f"`widths` must be a non-empty sequence of ints >= 1 (one per hidden layer), "
+            f"got {widths!r}."
+        )
+    out = []
+    for i, w in enumerate(widths):
+        if isinstance(w, bool) or not isinstance(w, int | np.integer):
+            raise TypeError(f"`widths[{i}]` must be an int >= 1, got {w!r}.")
+        if w < 1:
+            raise ValueError(f"`widths[{i}]` must be an int >= 1, got {w!r}.")
+        out.append(int(w))
+    return tuple(out)
+
+
+def _check_mode(mode: Any) -> str:
+    if mode not in _MODES:
+        raise ValueError(f"`mode` must be one of {_MODES}, got {mode!r}.")
+    return mode
+
+
+def _default_dtype(dtype: Any) -> Any:
+    # The default float dtype of the running JAX (float64 under x64): never hard-coded.
+    return jnp.result_type(float) if dtype is None else jnp.dtype(dtype)
+
+
+def _check_input(x: Array, in_size: int, cls: str) -> None:
+    if x.shape != (in_size,):
+        raise ValueError(
+            f"{cls}: `x` must have shape ({in_size},) (one sample; vmap for batches), "
+            f"got {x.shape}."
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# non-negative parametrisation
+# --------------------------------------------------------------------------------------------
+
+
+def _inverse_softplus(y: Array) -> Array:
+    # log(expm1(y)), stable for large y: y + log(1 - exp(-y)).
+    return y + jnp.log(-jnp.expm1(-y))
+
+
+def _effective(raw: Array, mode: str) -> Array:
+    return jax.nn.softplus(raw) if mode == "softplus" else raw
+
+
+def _raw_from_effective(w: Array, mode: str) -> Array:
+    return _inverse_softplus(w) if mode == "softplus" else w
+
+
+def _nonneg_init(key: PRNGKeyArray, shape: tuple[int, ...], dtype: Any, mode: str) -> Array:
+    """Effective entries ``exp(0.5 N(0,1)) / fan_in`` (mean ~1.13 / fan_in), stored as raw."""
+    fan_in = shape[-1]
+    eff = jnp.exp(0.5 * jr.normal(key, shape, dtype)) / fan_in
+    return _raw_from_effective(eff, mode)
+
+
+def _free_init(key: PRNGKeyArray, shape: tuple[int, ...], dtype: Any) -> Array:
+    """He-style init ``N(0, 2 / fan_in)`` for free weights."""
+    return jr.normal(key, shape, dtype) * math.sqrt(2.0 / shape[-1])
+
+
+def _load_nonneg(name: str, value: ArrayLike, shape: tuple[int, ...], dtype: Any, mode: str,
+                 project: bool, cls: str) -> Array:
+    arr = jnp.asarray(value, dtype=dtype)
+    if arr.shape != shape:
+        raise ValueError(f"{cls}.from_weights: `{name}` must have shape {shape}, got {arr.shape}.")
+    arr_np = np.asarray(arr)
+    if np.any(arr_np < 0):
+        if not project:
+            raise ValueError(
+                f"{cls}.from_weights: `{name}` has negative entries (min {arr_np.min():.3g}); "
+                f"{cls} needs them >= 0 (convexity/monotonicity would be lost). Pass "
+                "`project=True` to clip them to 0."
+            )
+        arr = jnp.maximum(arr, 0)
+    if mode == "softplus" and np.any(np.asarray(arr) <= 0):
+        raise ValueError(
+            f"{cls}.from_weights: `{name}` has zero entries, which mode='softplus' cannot "
+            "represent (softplus > 0); use mode='project' for exact zeros."
+        )
+    return _raw_from_effective(arr, mode)
+
+
+def _new_module(cls: type, **fields: Any) -> Any:
+    """Instantiate an equinox module from given fields without running ``__init__`` (so loading
+    weights needs no random init); every field of ``cls`` must be given."""
+    missing = set(cls.__dataclass_fields__) - set(fields)
+    if missing:  # pragma: no cover - internal invariant
+        raise RuntimeError(f"_new_module: missing fields {sorted(missing)} for {cls.__name__}.")
+    obj = object.__new__(cls)
+    for name, value in fields.items():
+        object.__setattr__(obj, name, value)
+    return obj
+
+
+def _load_free(name: str, value: ArrayLike, shape: tuple[int, ...], dtype: Any, cls: str) -> Array:
+    arr = jnp.asarray(value, dtype=dtype)
+    if arr.shape != shape:
+        raise ValueError(f"{cls}.from_weights: `{name}` must have shape {shape}, got {arr.shape}.")
+    return arr
+
+
+# One jitted initialiser per network type: a single compiled call per shape instead of dozens
+# of eager ops (each of which would compile separately for every new shape).
+
+
+@ft.partial(jax.jit, static_argnums=(1, 2, 3))
+def _init_relu_net(key: PRNGKeyArray, in_size: int, widths: tuple[int, ...], dtype: Any) -> Any:
+    sizes = (in_size, *widths)
+    keys = jr.split(key, len(widths) + 1)
+    weights = tuple(
+        _free_init(k, (sizes[i + 1], sizes[i]), dtype) for i, k in enumerate(keys[:-1])
+    )
+    biases = tuple(jnp.zeros((m,), dtype) for m in widths)
+    return weights, biases, _free_init(keys[-1], (widths[-1],), dtype), jnp.zeros((), dtype)
+
+
+@ft.partial(jax.jit, static_argnums=(1, 2, 3, 4))
+def _init_relu_plus(key: PRNGKeyArray, in_size: int, widths: tuple[int, ...], dtype: Any,
+                    mode: str) -> Any:
+    sizes = (in_size, *widths)
+    keys = jr.split(key, len(widths) + 1)
+    weights = tuple(
+        _nonneg_init(k, (sizes[i + 1], sizes[i]), dtype, mode) for i, k in enumerate(keys[:-1])
+    )
+    # Centre the first pre-activation roughly at 0 on [-1, 1]^n inputs; later layers see
+    # non-negative inputs of mean ~0.5, so start their biases slightly negative.
+    biases = tuple(jnp.full((m,), 0.0 if i == 0 else -0.5, dtype) for i, m in enumerate(widths))
+    w_out = _nonneg_init(keys[-1], (widths[-1],), dtype, mode)
+    return weights, biases, w_out, jnp.zeros((), dtype)
+
+
+@ft.partial(jax.jit, static_argnums=(1, 2, 3, 4))
+def _init_icnn(key: PRNGKeyArray, in_size: int, widths: tuple[int, ...], dtype: Any,
+               mode: str) -> Any:
+    L = len(widths)
+    k_a, k_w, k_out, k_skip = jr.split(key, 4)
+    ka = jr.split(k_a, L)
+    kw = jr.split(k_w, max(L - 1, 1))
+    A = tuple(_free_init(ka[i], (m, in_size), dtype) for i, m in enumerate(widths))
+    b = tuple(jnp.zeros((m,), dtype) for m in widths)
+    W = tuple(_nonneg_init(kw[i], (widths[i + 1], widths[i]), dtype, mode) for i in range(L - 1))
+    w = _nonneg_init(k_out, (widths[-1],), dtype, mode)
+    a = jr.normal(k_skip, (in_size,), dtype) / math.sqrt(in_size)
+    return A, b, W, w, a, jnp.zeros((), dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# the three networks
+# --------------------------------------------------------------------------------------------
+
+
+class ReLUNet(eqx.Module):
+    r"""Unconstrained ReLU network $x \in \mathbb{R}^n \mapsto \mathbb{R}$ on one sample.
+
+    $h_0 = x$, $h_l = \sigma(W_l h_{l-1} + b_l)$ for $l = 1..L$, $f(x) = w^\top h_L + c$.
+
+    Attributes:
+        weights: ``W_l`` of shapes ``(m_l, m_{l-1})`` (``m_0 = in_size``).
+        biases: ``b_l`` of shapes ``(m_l,)``.
+        w_out: ``(m_L,)``; c: ``()``.
+        in_size, widths: static sizes. ``n_hidden = len(widths)``, ``depth = n_hidden + 1``.
+    """
+
+    weights: tuple[Array, ...]
+    biases: tuple[Array, ...]
+    w_out: Array
+    c: Array
+    in_size: int = eqx.field(static=True)
+    widths: tuple[int, ...] = eqx.field(static=True)
+
+    def __init__(self, in_size: int, widths: Sequence[int], *, key: PRNGKeyArray,
+                 dtype: Any = None):
+        """Random init (He normal weights, zero biases).
+
+        Args:
+            in_size: input dimension n (int >= 1).
+            widths: hidden widths ``(m_1, ..., m_L)``, each int >= 1, L >= 1.
+            key: PRNG key.
+            dtype: parameter dtype (default: JAX's default float).
+        """
+        self.in_size = _check_int("in_size", in_size, 1)
+        self.widths = _check_widths(widths)
+        dtype = _default_dtype(dtype)
+        self.weights, self.biases, self.w_out, self.c = _init_relu_net(
+            key, self.in_size, self.widths, dtype
+        )
+
+    @property
+    def n_hidden(self) -> int:
+        """Number of hidden layers L."""
+        return len(self.widths)
+
+    @property
+    def depth(self) -> int:
+        """Number of affine maps, ``n_hidden + 1``."""
+        return len(self.widths) + 1
+
+    def __call__(self, x: Float[Array, " dim"]) -> Float[Array, ""]:
+        """Evaluate on one sample ``x`` of shape ``(in_size,)``; returns a scalar."""
+        _check_input(x, self.in_size, type(self).__name__)
+        h = x
+        for W, b in zip(self.weights, self.biases, strict=True):
+            h = jax.nn.relu(W @ h + b)
+        return jnp.dot(self.w_out, h) + self.c
+
+    @classmethod
+    def from_weights(cls, weights: Sequence[ArrayLike], biases: Sequence[ArrayLike],
+                     w_out: ArrayLike, c: ArrayLike = 0.0, *, dtype: Any = None) -> "ReLUNet":
+        """Build a `ReLUNet` from given weights (shapes inferred from ``weights``)."""
+        if len(weights) == 0 or len(weights) != len(biases):
+            raise ValueError(
+                f"ReLUNet.from_weights: `weights` and `biases` must be non-empty and of equal "
+                f"length, got {len(weights)} and {len(biases)}."
+            )
+        dtype = _default_dtype(dtype)
+        shapes = [np.shape(W) for W in weights]
+        if any(len(s) != 2 for s in shapes):
+            raise ValueError(f"ReLUNet.from_weights: every `weights[l]` must be 2-D, got {shapes}.")
+        widths = tuple(s[0] for s in shapes)
+        sizes = (shapes[0][1], *widths)
+        Ws = tuple(_load_free(f"weights[{i}]", W, (sizes[i + 1], sizes[i]), dtype, "ReLUNet")
+                   for i, W in enumerate(weights))
+        bs = tuple(_load_free(f"biases[{i}]", b, (widths[i],), dtype, "ReLUNet")
+                   for i, b in enumerate(biases))
+        w = _load_free("w_out", w_out, (widths[-1],), dtype, "ReLUNet")
+        cc = _load_free("c", c, (), dtype, "ReLUNet")
+        return _new_module(cls, weights=Ws, biases=bs, w_out=w, c=cc, in_size=_check_int(
+            "in_size", sizes[0], 1), widths=_check_widths(widths))
+
+
+class ReLUPlusNet(eqx.Module):
+    r"""Monotone ReLU network (ReLU+): every weight matrix entrywise $\ge 0$, biases free.
+
+    Same layers as `ReLUNet`, with effective weights $\operatorname{softplus}(r)$ (``mode=
+    "softplus"``) or the stored, projected weights (``mode="project"``). ReLU+ networks are
+    non-decreasing in every coordinate, convex and supermodular, hence cannot compute nor
+    uniformly approximate $\max_i x_i$ (Bakaev et al. 2025, Theorem A; see `corner_floor`).
+
+    Attributes:
+        weights_raw: raw weights, shapes ``(m_l, m_{l-1})``; `effective_weights` gives them.
+        biases: ``(m_l,)``; w_out_raw: ``(m_L,)``; c: ``()``.
+        in_size, widths, mode: static.
+    """
+
+    weights_raw: tuple[Array, ...]
+    biases: tuple[Array, ...]
+    w_out_raw: Array
+    c: Array
+    in_size: int = eqx.field(static=True)
+    widths: tuple[int, ...] = eqx.field(static=True)
+    mode: str = eqx.field(static=True)
+
+    def __init__(self, in_size: int, widths: Sequence[int], *, key: PRNGKeyArray,
+                 mode: str = "softplus", dtype: Any = None):
+        """Random init: effective weights ``exp(0.5 N(0,1)) / fan_in`` (Hoedt & Klambauer 2023
+        spirit: mean-positive, scaled by fan-in so activations do not blow up with depth).
+
+        Args:
+            in_size: input dimension n (int >= 1).
+            widths: hidden widths, each int >= 1, at least one hidden layer.
+            key: PRNG key.
+            mode: ``"softplus"`` or ``"project"`` (see module docstring).
+            dtype: parameter dtype (default: JAX's default float).
+        """
+        self.in_size = _check_int("in_size", in_size, 1)
+        self.widths = _check_widths(widths)
+        self.mode = _check_mode(mode)
+        dtype = _default_dtype(dtype)
+        self.weights_raw, self.biases, self.w_out_raw, self.c = _init_relu_plus(
+            key, self.in_size, self.widths, dtype, mode
+        )
+
+    @property
+    def n_hidden(self) -> int:
+        """Number of hidden layers L."""
+        return len(self.widths)
+
+    @property
+    def depth(self) -> int:
+        """Number of affine maps, ``n_hidden + 1``."""
+        return len(self.widths) + 1
+
+    def effective_weights(self) -> tuple[tuple[Array, ...], Array]:
+        """The non-negative weights actually used: ``(weights, w_out)``."""
+        return (tuple(_effective(r, self.mode) for r in self.weights_raw),
+                _effective(self.w_out_raw, self.mode))
+
+    def __call__(self, x: Float[Array, " dim"]) -> Float[Array, ""]:
+        """Evaluate on one sample ``x`` of shape ``(in_size,)``; returns a scalar."""
+        _check_input(x, self.in_size, "ReLUPlusNet")
+        weights, w_out = self.effective_weights()
+        h = x
+        for W, b in zip(weights, self.biases, strict=True):
+            h = jax.nn.relu(W @ h + b)
+        return jnp.dot(w_out, h) + self.c
+
+    @classmethod
+    def from_weights(cls, weights: Sequence[ArrayLike], biases: Sequence[ArrayLike],
+                     w_out: ArrayLike, c: ArrayLike = 0.0, *, mode: str = "project",
+                     project: bool = False, dtype: Any = None) -> "ReLUPlusNet":
+        """Build a `ReLUPlusNet` from effective weights.
+
+        Raises ``ValueError`` if a weight is negative (unless ``project=True``, which clips it
+        to 0) or, for ``mode="softplus"``, exactly zero.
+        """
+        _check_mode(mode)
+        if len(weights) == 0 or len(weights) != len(biases):
+            raise ValueError(
+                f"ReLUPlusNet.from_weights: `weights` and `biases` must be non-empty and of "
+                f"equal length, got {len(weights)} and {len(biases)}."
+            )
+        dtype = _default_dtype(dtype)
+        shapes = [np.shape(W) for W in weights]
+        if any(len(s) != 2 for s in shapes):
+            raise ValueError(
+                f"ReLUPlusNet.from_weights: every `weights[l]` must be 2-D, got {shapes}."
+            )
+        widths = tuple(s[0] for s in shapes)
+        sizes = (shapes[0][1], *widths)
+        cls_name = "ReLUPlusNet"
+        Ws = tuple(
+            _load_nonneg(f"weights[{i}]", W, (sizes[i + 1], sizes[i]), dtype, mode, project,
+                         cls_name)
+            for i, W in enumerate(weights)
+        )
+        bs = tuple(_load_free(f"biases[{i}]", b, (widths[i],), dtype, cls_name)
+                   for i, b in enumerate(biases))
+        w = _load_nonneg("w_out", w_out, (widths[-1],), dtype, mode, project, cls_name)
+        cc = _load_free("c", c, (), dtype, cls_name)
+        return _new_module(cls, weights_raw=Ws, biases=bs, w_out_raw=w, c=cc,
+                           in_size=_check_int("in_size", sizes[0], 1),
+                           widths=_check_widths(widths), mode=mode)
+
+
+class ICNN(eqx.Module):
+    r"""Input-convex neural network with input skips (Amos et al. 2017), on one sample.
+
+    $z_1 = \sigma(A_1 x + b_1)$, $z_l = \sigma(W_l z_{l-1} + A_l x + b_l)$ ($l = 2..L$),
+    $f(x) = w^\top z_L + a^\top x + c$, with $W_l \ge 0$, $w \ge 0$ (by ``mode``) and
+    $A_l$, $a$ free. By induction each $z_l$ is convex, so $f$ is convex. The skips $A_l x$ and
+    $a^\top x$ are not optional: without them $f$ is bounded below and cannot equal
+    $\max_i x_i$. Computing $\max_i x_i$ exactly needs ``depth >= n`` (Bakaev et al. 2025,
+    Theorem B); `icnn_max_exact` attains it.
+
+    Attributes:
+        A: free input weights ``(m_l, n)``, one per hidden layer.
+        b: biases ``(m_l,)``.
+        W_raw: raw hidden-to-hidden weights ``(m_l, m_{l-1})`` for ``l = 2..L``.
+        w_raw: raw output weights ``(m_L,)``.
+        a: output skip ``(n,)``; c: ``()``.
+        in_size, widths, mode: static.
+
+    References:
+        Amos, Xu, Kolter, Input convex neural networks, ICML 2017, arXiv:1609.07152.
+        Bakaev, Brunck, Hertrich, Reichman, Yehudayoff, On the depth of monotone ReLU neural
+        networks and ICNNs, arXiv:2505.06169.
+    """
+
+    A: tuple[Array, ...]
+    b: tuple[Array, ...]
+    W_raw: tuple[Array, ...]
+    w_raw: Array
+    a: Array
+    c: Array
+    in_size: int = eqx.field(static=True)
+    widths: tuple[int, ...] = eqx.field(static=True)
+    mode: str = eqx.field(static=True)
+
+    def __init__(self, in_size: int, widths: Sequence[int], *, key: PRNGKeyArray,
+                 mode: str = "softplus", dtype: Any = None):
+        """Random init: He-normal ``A``, effective ``W, w ~ exp(0.5 N(0,1)) / fan_in``.
+
+        Args:
+            in_size: input dimension n (int >= 1).
+            widths: hidden widths ``(m_1, ..., m_L)``, each int >= 1, L >= 1.
+            key: PRNG key.
+            mode: ``"softplus"`` or ``"project"`` (see module docstring).
+            dtype: parameter dtype (default: JAX's default float).
+        """
+        self.in_size = _check_int("in_size", in_size, 1)
+        self.widths = _check_widths(widths)
+        self.mode = _check_mode(mode)
+        dtype = _default_dtype(dtype)
+        self.A, self.b, self.W_raw, self.w_raw, self.a, self.c = _init_icnn(
+            key, self.in_size, self.widths, dtype, mode
+        )
+
+    @property
+    def n_hidden(self) -> int:
+        """Number of hidden layers L."""
+        return len(self.widths)
+
+    @property
+    def depth(self) -> int:
+        """Number of affine maps, ``n_hidden + 1``."""
+        return len(self.widths) + 1
+
+    def effective_weights(self) -> tuple[tuple[Array, ...], Array]:
+        """The non-negative weights actually used: ``(W_2..W_L, w)``."""
+        return (tuple(_effective(r, self.mode) for r in self.W_raw),
+                _effective(self.w_raw, self.mode))
+
+    def __call__(self, x: Float[Array, " dim"]) -> Float[Array, ""]:
+        """Evaluate on one sample ``x`` of shape ``(in_size,)``; returns a scalar."""
+        _check_input(x, self.in_size, "ICNN")
+        Ws, w = self.effective_weights()
+        z = jax.nn.relu(self.A[0] @ x + self.b[0])
+        for W, A, b in zip(Ws, self.A[1:], self.b[1:], strict=True):
+            z = jax.nn.relu(W @ z + A @ x + b)
+        return jnp.dot(w, z) + jnp.dot(self.a, x) + self.c
+
+    @classmethod
+    def from_weights(cls, A: Sequence[ArrayLike], b: Sequence[ArrayLike],
+                     W: Sequence[ArrayLike], w: ArrayLike, a: ArrayLike, c: ArrayLike = 0.0, *,
+                     mode: str = "project", project: bool = False,
+                     dtype: Any = None) -> "ICNN":
+        """Build an `ICNN` from effective weights (shapes inferred from ``A``).
+
+        Args:
+            A: ``L`` free input matrices ``(m_l, n)``.
+            b: ``L`` biases ``(m_l,)``.
+            W: ``L - 1`` hidden-to-hidden matrices ``(m_l, m_{l-1})``, must be ``>= 0``.
+            w: output weights ``(m_L,)``, must be ``>= 0``.
+            a: output skip ``(n,)``; c: output bias.
+            mode: parametrisation of the result (``"project"`` keeps exact zeros).
+            project: clip negative ``W``/``w`` entries to 0 instead of raising.
+            dtype: parameter dtype.
+
+        Raises:
+            ValueError: negative ``W``/``w`` entries without ``project=True`` (the result would
+                not be convex), zero entries under ``mode="softplus"``, or shape mismatches.
+        """
+        _check_mode(mode)
+        if len(A) == 0 or len(A) != len(b) or len(W) != len(A) - 1:
+            raise ValueError(
+                f"ICNN.from_weights: expected L >= 1 input matrices `A`, L biases `b` and L-1 "
+                f"hidden matrices `W`, got {len(A)}, {len(b)} and {len(W)}."
+            )
+        dtype = _default_dtype(dtype)
+        shapes = [np.shape(Ai) for Ai in A]
+        if any(len(s) != 2 for s in shapes) or len({s[1] for s in shapes}) != 1:
+            raise ValueError(
+                f"ICNN.from_weights: every `A[l]` must be 2-D (m_l, n) with a common n, got "
+                f"{shapes}."
+            )
+        widths = tuple(s[0] for s in shapes)
+        n = shapes[0][1]
+        As = tuple(_load_free(f"A[{i}]", Ai, (widths[i], n), dtype, "ICNN")
+                   for i, Ai in enumerate(A))
+        bs = tuple(_load_free(f"b[{i}]", bi, (widths[i],), dtype, "ICNN")
+                   for i, bi in enumerate(b))
+        Ws = tuple(
+            _load_nonneg(f"W[{i}]", Wi, (widths[i + 1], widths[i]), dtype, mode, project, "ICNN")
+            for i, Wi in enumerate(W)
+        )
+        ww = _load_nonneg("w", w, (widths[-1],), dtype, mode, project, "ICNN")
+        aa = _load_free("a", a, (n,), dtype, "ICNN")
+        cc = _load_free("c", c, (), dtype, "ICNN")
+        return _new_module(cls, A=As, b=bs, W_raw=Ws, w_raw=ww, a=aa, c=cc,
+                           in_size=_check_int("in_size", n, 1), widths=_check_widths(widths),
+                           mode=mode)
+
+
+# --------------------------------------------------------------------------------------------
+# projection and constraint checks
+# --------------------------------------------------------------------------------------------
+
+
+def _is_constrained(x: Any) -> bool:
+    return isinstance(x, ReLUPlusNet | ICNN)
+
+
+def _constrained_getter(m: Any) -> Any:
+    if isinstance(m, ICNN):
+        return lambda t: (t.W_raw, t.w_raw)
+    return lambda t: (t.weights_raw, t.w_out_raw)
+
+
+def project_nonneg(model: PyTree) -> PyTree:
+    """Clip the constrained weights of every ``mode="project"`` `ICNN`/`ReLUPlusNet` in ``model``.
+
+    Works on any pytree containing such modules (also on ``eqx.filter(model, ...)`` views);
+    softplus-mode modules and other leaves are returned unchanged. Apply after each optimiser
+    step, or use `nonneg_projection` inside the optimiser.
+    """
+
+    def project(m: Any) -> Any:
+        if not _is_constrained(m) or m.mode != "project":
+            return m
+        get = _constrained_getter(m)
+        clipped = jax.tree_util.tree_map(lambda v: jnp.maximum(v, 0), get(m))
+        return eqx.tree_at(get, m, clipped)
+
+    return jax.tree_util.tree_map(project, model, is_leaf=_is_constrained)
+
+
+class NonNegProjectionState(NamedTuple):
+    """`nonneg_projection` keeps no state."""
+
+
+def nonneg_projection() -> optax.GradientTransformation:
+    """Optax transformation making each update land on the non-negative set.
+
+    Chain it last, ``optax.chain(optax.adam(lr), nonneg_projection())``: it replaces the update
+    ``u`` by ``project_nonneg(p + u) - p`` so that ``optax.apply_updates`` / ``eqx.apply_updates``
+    yields the projected point. Entries that are clipped become exactly 0 (``p + (-p) == 0``)
+    and kept ones stay ``>= 0`` by monotone rounding. Only ``mode="project"`` modules change.
+    """
+
+    def init(params: PyTree) -> NonNegProjectionState:
+        del params
+        return NonNegProjectionState()
+
+    def update(updates: PyTree, state: NonNegProjectionState,
+               params: PyTree | None = None) -> tuple[PyTree, NonNegProjectionState]:
+        if params is None:
+            raise ValueError("nonneg_projection needs `params` in `update(updates, state, params)`.")
+        new = eqx.apply_updates(params, updates)
+        projected = project_nonneg(new)
+        return jax.tree_util.tree_map(lambda q, p: q - p, projected, params), state
+
+    return optax.GradientTransformation(init, update)
+
+
+def check_constraints(model: PyTree) -> PyTree:
+    """Return ``model`` with an ``eqx.error_if`` on negative constrained weights (traced check).
+
+    Use it where a ``mode="project"`` model may have been updated without projection.
+    """
+
+    def check(m: Any) -> Any:
+        if not _is_constrained(m):
+            return m
+        get = _constrained_getter(m)
+        leaves = jax.tree_util.tree_leaves(get(m))
+        bad = jnp.any(jnp.stack([jnp.any(v < 0) for v in leaves]))
+        name = type(m).__name__
+        checked = tuple(
+            eqx.error_if(v, bad, f"{name}: a constrained (hidden-to-hidden or output) weight is "
+                                 "negative; apply `project_nonneg` after the update.")
+            for v in leaves
+        )
+        treedef = jax.tree_util.tree_structure(get(m))
+        return eqx.tree_at(get, m, jax.tree_util.tree_unflatten(treedef, checked))
+
+    return jax.tree_util.tree_map(check, model, is_leaf=_is_constrained)
