@@ -9,3 +9,10 @@ from ._common import (
     MissingDataError as MissingDataError,
     require_module as require_module,
 )
+from ._images import (
+    extract_patches as extract_patches,
+    load_digits as load_digits,
+    load_sample_images as load_sample_images,
+    load_skimage_grey as load_skimage_grey,
+    SKIMAGE_IMAGES as SKIMAGE_IMAGES,
+)
