@@ -140,7 +140,11 @@ def estimate_hyperparameters(
 
 
 def _bucket(n: int) -> int:
-    return max(8, 1 << (int(n) - 1).bit_length())
+    """Pad sizes to powers of 4 (>= 16), so that few shapes compile."""
+    size = 16
+    while size < n:
+        size *= 4
+    return size
 
 
 def prune_refit(
@@ -160,7 +164,7 @@ def prune_refit(
     :math:`\tfrac12\mathrm{RSS}_S + \lambda_1\|R_S\|_1` rises by less than :math:`\lambda_0`, so
     every accepted removal lowers the objective. This removes near-duplicate atoms, which the
     simultaneous row prox cannot (each looks indispensable while the other stays fixed).
-    Column subsets are padded to powers of two so few shapes compile.
+    Column subsets are padded to powers of four so few shapes compile.
 
     Returns:
         The codes (K, N) and the new active mask (K,).
@@ -482,7 +486,7 @@ def debias_codes(
     """Least-squares re-fit of each sample on the support of its code (removes l1 shrinkage).
 
     Each column becomes :math:`\\arg\\min_c \\|x_n - D_{S_n} c\\|_2` (minimum norm) on its support
-    :math:`S_n`; zeros stay zero. Supports are padded to a power of two, so few shapes compile.
+    :math:`S_n`; zeros stay zero. Supports are padded to a power of four, so few shapes compile.
     """
     X = _check_data(X)
     D = jnp.asarray(dictionary, X.dtype)

@@ -72,7 +72,6 @@ def lipschitz_constant(D: Float[Array, "d K"], active: Bool[Array, " K"]) -> Flo
     return jnp.where(L > 0, L, jnp.ones_like(L))  # empty dictionary: any step, the codes stay 0
 
 
-@ft.partial(jax.jit, static_argnames=("penalty", "num_steps"))
 def fista_codes(
     X: Float[Array, "d N"],
     D: Float[Array, "d K"],
@@ -108,6 +107,12 @@ def fista_codes(
         Beck, Teboulle. Fast gradient-based algorithms for constrained total variation image
         denoising and deblurring problems (MFISTA). IEEE TIP 2009.
     """
+    return _fista(X, D, R0, lam1, lam_row, active, penalty=penalty, num_steps=num_steps)[0]
+
+
+@ft.partial(jax.jit, static_argnames=("penalty", "num_steps"))
+def _fista(X, D, R0, lam1, lam_row, active, *, penalty, num_steps):
+    """Monotone FISTA; returns the codes and the objective after each step, shape (num_steps,)."""
     _check_penalty(penalty)
     dtype = X.dtype
     lam1 = jnp.asarray(lam1, dtype)
@@ -141,11 +146,12 @@ def fista_codes(
         a, b = t / t_new, (t - 1) / t_new
         y_new = x_new + a * (z - x_new) + b * (x_new - x)
         Dy_new = Dx_new + a * (Dz - Dx_new) + b * (Dx_new - Dx)
-        return (x_new, Dx_new, y_new, Dy_new, t_new, jnp.where(better, fz, fx)), None
+        f_new = jnp.where(better, fz, fx)
+        return (x_new, Dx_new, y_new, Dy_new, t_new, f_new), f_new
 
     init = (x0, Dx0, x0, Dx0, jnp.ones((), dtype), objective(x0, Dx0))
-    (x, *_), _ = jax.lax.scan(body, init, None, length=num_steps)
-    return x
+    (x, *_), trace = jax.lax.scan(body, init, None, length=num_steps)
+    return x, trace
 
 
 @jax.jit
@@ -181,7 +187,7 @@ def dict_update(
 
 @ft.partial(jax.jit, static_argnames=("penalty", "num_steps", "deactivate"))
 def _r_step(X, D, R, lam1, lam_row, active, *, penalty, num_steps, deactivate):
-    R = fista_codes(X, D, R, lam1, lam_row, active, penalty=penalty, num_steps=num_steps)
+    R = _fista(X, D, R, lam1, lam_row, active, penalty=penalty, num_steps=num_steps)[0]
     if deactivate:  # a row the penalty zeroed is dropped for good (never re-initialised)
         active = active & jnp.any(R != 0, axis=1)
     return R, active
@@ -202,7 +208,7 @@ def _refit_without(XS, D, RS, lam1, active, *, num_steps):
         return 0.5 * jnp.sum((XS - D @ R) ** 2) + lam1 * jnp.sum(jnp.abs(R))
 
     old = cost(RS)
-    new_RS = fista_codes(XS, D, RS, lam1, 0.0, active, penalty="count", num_steps=num_steps)
+    new_RS = _fista(XS, D, RS, lam1, 0.0, active, penalty="count", num_steps=num_steps)[0]
     return new_RS, cost(new_RS) - old
 
 
