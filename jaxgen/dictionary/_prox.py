@@ -84,7 +84,7 @@ def prox_row_l1_linf(
 def prox_row_l1_count(
     v: Float[Array, " n"], t1: Float[ArrayLike, ""], t0: Float[ArrayLike, ""]
 ) -> Float[Array, " n"]:
-    r"""Exact prox of :math:`t_1\|\cdot\|_1 + t_0\,[\,r \ne 0\,]` on one row (the atom-count penalty).
+    r"""Exact prox of :math:`t_1\|\cdot\|_1 + t_0\,[\,r \ne 0\,]` on one row (atom-count penalty).
 
     The minimiser is either 0 or :math:`u = \operatorname{soft}(v, t_1)`; ``u`` wins when its gain
     :math:`\tfrac12\|v\|^2 - (\tfrac12\|u - v\|^2 + t_1\|u\|_1)` exceeds :math:`t_0`.
