@@ -346,8 +346,8 @@ def fit_padl(
     2. Hyper-parameters: ``"mdl"`` estimates them by `estimate_hyperparameters` and re-estimates
        every ``reestimate_every`` iterations until |A| moves by <= 1; ``"path"`` sweeps
        :math:`\lambda_0` over ``path_grid`` (default :math:`\hat\sigma^2 2^{0..14}`,
-       ``path_size`` points) with warm starts and picks the centre of the widest plateau of constant |A|; a mapping fixes
-       ``lam1`` and ``lam0`` (or ``lam2``).
+       ``path_size`` points) with warm starts and picks the centre of the widest plateau of
+       constant |A|; a mapping fixes ``lam1`` and ``lam0`` (or ``lam2``).
     3. Outer iterations: the row weight ramps linearly from 0 over ``ramp_steps`` (continuation;
        without it the dictionary collapses), an R-step (monotone FISTA, ``fista_steps``),
        prune-and-refit every ``prune_every`` iterations (count penalty, not in the last 5), a D-step
