@@ -23,4 +23,10 @@ from ._text import (
     load_text_corpus as load_text_corpus,
     load_text_documents as load_text_documents,
     random_windows as random_windows,
+from ._images import (
+    extract_patches as extract_patches,
+    load_digits as load_digits,
+    load_sample_images as load_sample_images,
+    load_skimage_grey as load_skimage_grey,
+    SKIMAGE_IMAGES as SKIMAGE_IMAGES,
 )

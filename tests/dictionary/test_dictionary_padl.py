@@ -1,0 +1,251 @@
+import math
+
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+
+from jaxgen.core import RESULTS
+from jaxgen.dictionary import (
+    debias_codes,
+    dict_update,
+    estimate_hyperparameters,
+    fista_codes,
+    fit_padl,
+    padl_objective,
+    storage_bits,
+    transform,
+)
+
+
+def planted(seed, d, k_true, n, per_sample=3, noise=0.05):
+    """Unit Gaussian atoms, `per_sample` Laplace(1) coefficients per column, Gaussian noise."""
+    rng = np.random.default_rng(seed)
+    D = rng.normal(size=(d, k_true))
+    D /= np.linalg.norm(D, axis=0, keepdims=True)
+    R = np.zeros((k_true, n))
+    for i in range(n):
+        R[rng.choice(k_true, per_sample, replace=False), i] = rng.laplace(size=per_sample)
+    X = D @ R + noise * rng.normal(size=(d, n))
+    return jnp.asarray(X), jnp.asarray(D)
+
+
+def unit(M):
+    return M / jnp.linalg.norm(M, axis=0, keepdims=True)
+
+
+def recovery(D_true, D):
+    cos = jnp.abs(D_true.T @ D) / jnp.linalg.norm(D, axis=0, keepdims=True)
+    return float(jnp.mean(jnp.max(cos, axis=1) > 0.95))
+
+
+@pytest.fixture(scope="module")
+def small():
+    X, D_true = planted(42, 12, 5, 300)
+    return X, D_true
+
+
+def test_fista_monotone_every_step_and_matches_sklearn_lasso(small):
+    from jaxgen.dictionary._solvers import _fista
+
+    X, _ = small
+    D = unit(X[:, :8])
+    active = jnp.ones(8, bool)
+    R0 = jnp.zeros((8, 300))
+    R, trace = _fista(X, D, R0, 0.1, 0.5, active, penalty="count", num_steps=15)
+    f0 = float(padl_objective(X, D, R0, 0.1, 0.5))
+    values = np.concatenate([[f0], np.asarray(trace)])
+    assert np.all(np.diff(values) <= 0) and values[-1] < 0.9 * f0
+    np.testing.assert_allclose(values[-1], padl_objective(X, D, R, 0.1, 0.5), rtol=1e-12)
+    sklearn = pytest.importorskip("sklearn.decomposition")
+    R = fista_codes(X, D, R0, 0.1, 0.0, active, num_steps=200)
+    ref = sklearn.sparse_encode(np.asarray(X.T), np.asarray(D.T), algorithm="lasso_cd",
+                                alpha=0.1, max_iter=5000).T
+    f, f_ref = (float(padl_objective(X, D, r, 0.1, 0.0)) for r in (R, jnp.asarray(ref)))
+    assert f <= f_ref * (1 + 1e-5)
+
+
+def test_masks_equal_compacted_dictionary(small):
+    X, _ = small
+    D = unit(X[:, :8])
+    active = jnp.array([True, False, True, True, False, True, True, False])
+    R = fista_codes(X, D, jnp.ones((8, 300)), 0.1, 0.3, active, num_steps=30)
+    R_c = fista_codes(X, D[:, active], jnp.ones((5, 300)), 0.1, 0.3, jnp.ones(5, bool),
+                      num_steps=30)
+    np.testing.assert_allclose(R[active], R_c, rtol=1e-9, atol=1e-12)
+    assert not jnp.any(R[~active])
+    D_new = dict_update(X, D, R, active)
+    np.testing.assert_array_equal(D_new[:, ~active], D[:, ~active])
+    assert float(jnp.max(jnp.linalg.norm(D_new, axis=0))) <= 1 + 1e-12
+    # the closed-form block update never raises the objective
+    assert padl_objective(X, D_new, R, 0.1, 0.3) <= padl_objective(X, D, R, 0.1, 0.3) + 1e-12
+
+
+def test_storage_bits_formula():
+    R = np.zeros((5, 4))
+    R[0, :3] = 1.0
+    R[2, 1] = -2.0
+    R[3, [0, 3]] = 0.5  # |A| = 3, nnz = 6
+    assert storage_bits(R, dim=64, bits=32) == 32 * 64 * 3 + (32 + 2) * 6
+    assert storage_bits(R, dim=8, bits=16, active=np.array([1, 1, 1, 1, 0], bool)) == (
+        16 * 8 * 4 + (16 + 2) * 6)
+    assert storage_bits(np.zeros((3, 2)), dim=4) == 0
+    with pytest.raises(TypeError, match="codes"):  # the jaxtyping annotation rejects it first
+        storage_bits(np.zeros(3), dim=4)
+
+
+def test_estimate_hyperparameters_by_hand(small):
+    X, _ = small
+    D = unit(X[:, :8])
+    R = fista_codes(X, D, jnp.zeros((8, 300)), 0.2, 0.0, jnp.ones(8, bool), num_steps=15)
+    R = R.at[7].set(0.0)
+    hp = estimate_hyperparameters(X, D, R, bits=16)
+    Xn, Dn, Rn = map(np.asarray, (X, D, R))
+    nnz, n_act = np.count_nonzero(Rn), 7
+    sigma2 = np.sum((Xn - Dn @ Rn) ** 2) / (300 * 12 - nnz - 12 * n_act)
+    beta = np.abs(Rn).sum() / nnz
+    rho = 7 / 8
+    lam0 = sigma2 * (16 * 12 * math.log(2) + math.log((1 - rho) / rho))
+    np.testing.assert_allclose([hp["sigma2"], hp["beta"], hp["rho"], hp["lam1"], hp["lam0"]],
+                               [sigma2, beta, rho, sigma2 / beta, lam0], rtol=1e-10)
+    with pytest.raises(ValueError, match="empty dictionary"):
+        estimate_hyperparameters(X, D, jnp.zeros_like(R))
+
+
+def test_planted_small_count_penalty(small):
+    """Check 6 at test scale: the count penalty keeps exactly the planted atoms; lasso keeps all."""
+    X, D_true = small
+    lasso = fit_padl(X, 16, key=jr.key(1), hyper={"lam1": 0.1, "lam0": 0.0}, max_steps=15,
+                     warmup_steps=0)
+    padl = fit_padl(X, 16, key=jr.key(1), hyper={"lam1": 0.1, "lam0": 10.0}, max_steps=25,
+                    warmup_steps=5)
+    assert lasso.num_active == 16
+    assert 5 <= padl.num_active <= 6
+    assert recovery(D_true, padl.dictionary[:, padl.active]) >= 0.95
+    # check 4: no step of any iteration raises the objective (lambdas fixed within an iteration),
+    # and after the ramp the sequence is monotone across iterations too.
+    h = padl.history
+    seq = np.stack([h["objective_start"], h["objective_r"], h["objective_prune"],
+                    h["objective"]], 1)
+    assert np.all(np.diff(seq, axis=1) <= 1e-9 * np.abs(seq[:, :-1]))
+    after = seq[10:].ravel()
+    assert np.all(np.diff(after) <= 1e-9 * np.abs(after[:-1]))
+    # the active-atom count never rises (dead atoms are not re-initialised)
+    assert np.all(np.diff(h["num_active"]) <= 0)
+    codes = transform(X, padl)
+    assert not jnp.any(codes[~padl.active])
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_reduction_to_lasso_dl_matches_sklearn(small):
+    """Check 5: lambda_0 = 0 is lasso dictionary learning; objective within 5% of scikit-learn."""
+    decomposition = pytest.importorskip("sklearn.decomposition")
+    X, _ = small
+    D0 = unit(X[:, 10:18])
+    res = fit_padl(X, 8, key=jr.key(0), hyper={"lam1": 0.2, "lam0": 0.0}, max_steps=50,
+                   warmup_steps=0, dictionary_init=D0, tol=0.0)
+    code, dictionary, errors = decomposition.dict_learning(
+        np.asarray(X.T), 8, alpha=0.2, method="cd", max_iter=50, dict_init=np.asarray(D0.T),
+        code_init=np.zeros((300, 8)), random_state=0)
+    ours = float(padl_objective(X, res.dictionary, res.codes, 0.2, 0.0))
+    assert abs(ours - errors[-1]) <= 0.05 * errors[-1]
+
+
+def test_path_is_monotone_and_selects_plateau(small):
+    """Check 7: |A| does not rise along the lambda_0 path (warm starts, no re-initialisation)."""
+    X, _ = small
+    grid = np.array([0.3, 1.0, 3.0, 6.0, 12.0])
+    res = fit_padl(X, 16, key=jr.key(1), hyper="path", path_grid=grid, path_steps=8,
+                   warmup_steps=5)
+    counts = res.path["num_active"]
+    assert np.sum(np.diff(counts) > 0) <= 1 and np.all(np.diff(counts) <= 1)
+    assert res.path["lam0"][res.path["selected"]] == res.hyperparameters["lam0"]
+    assert res.num_active == counts[res.path["selected"]] or res.num_active <= 16
+
+
+def test_transform_debias_is_least_squares_on_support(small):
+    X, _ = small
+    D = unit(X[:, :8])
+    R = transform(X, D, lam1=0.3, debias=False)
+    Rd = debias_codes(X, D, R)
+    for n in (0, 7, 123):  # each column == numpy's least squares on its support (a loop)
+        s = np.flatnonzero(np.asarray(R[:, n]))
+        ls = np.linalg.lstsq(np.asarray(D)[:, s], np.asarray(X[:, n]), rcond=None)[0]
+        np.testing.assert_allclose(np.asarray(Rd[s, n]), ls, rtol=1e-8, atol=1e-10)
+    np.testing.assert_array_equal(np.asarray(Rd) != 0, np.asarray(R) != 0)
+    np.testing.assert_allclose(transform(X, D, lam1=0.3), Rd, rtol=1e-10)
+
+
+def test_objective_gradient_and_jit(small):
+    X, _ = small
+    D = unit(X[:, :8])
+    R = jr.normal(jr.key(3), (8, 300))
+    f = jax.jit(lambda D: padl_objective(X, D, R, 0.1, 1.0, penalty="linf"))
+    np.testing.assert_allclose(f(D), padl_objective(X, D, R, 0.1, 1.0, penalty="linf"),
+                               rtol=1e-12)
+    from jax.test_util import check_grads
+
+    check_grads(f, (D,), order=1, modes=["rev"])
+
+
+def test_bad_inputs(small):
+    X, _ = small
+    key = jr.key(0)
+    with pytest.raises(ValueError, match="contains NaN or inf"):
+        fit_padl(X.at[0, 0].set(jnp.nan), 4, key=key)
+    with pytest.raises(TypeError, match="X"):  # the jaxtyping annotation rejects it first
+        fit_padl(X[0], 4, key=key)
+    with pytest.raises(ValueError, match="more rows than columns"):
+        fit_padl(X.T[:20], 4, key=key)
+    with pytest.raises(ValueError, match="`num_atoms` must be an int >= 1"):
+        fit_padl(X, 0, key=key)
+    with pytest.raises(ValueError, match="must be a finite number >= 0"):
+        fit_padl(X, 4, key=key, hyper={"lam1": 0.1, "lam0": -1.0})
+    with pytest.raises(ValueError, match="missing"):
+        fit_padl(X, 4, key=key, hyper={"lam1": 0.1})
+    with pytest.raises(ValueError, match="`hyper` must be one of"):
+        fit_padl(X, 4, key=key, hyper="grid")
+    with pytest.raises(TypeError, match="hyper"):
+        fit_padl(X, 4, key=key, hyper=3.0)
+    with pytest.raises(ValueError, match="`max_steps` must be an int >= 1"):
+        fit_padl(X, 4, key=key, max_steps=0)
+    with pytest.raises(ValueError, match="`dictionary_init` must have shape"):
+        fit_padl(X, 4, key=key, dictionary_init=jnp.ones((12, 3)))
+    with pytest.raises(TypeError, match="X"):  # annotation: floating X
+        fit_padl(jnp.ones((2, 5), int), 4, key=key)
+    with pytest.raises(ValueError, match="empty dictionary"):
+        fit_padl(X, 8, key=key, hyper={"lam1": 0.1, "lam0": 1e6}, max_steps=12, warmup_steps=1)
+    D = jnp.eye(12)[:, :3]
+    with pytest.raises(ValueError, match="selects no atom"):
+        transform(X, D, lam1=0.1, active=jnp.zeros(3, bool))
+    with pytest.raises(ValueError, match="`lam1` is required"):
+        transform(X, D)
+    with pytest.raises(ValueError, match="has 12 rows but `X` has 5"):
+        transform(X[:5], D, lam1=0.1)
+    with pytest.raises(ValueError, match="`active` must have shape"):
+        transform(X, D, lam1=0.1, active=jnp.ones(4, bool))
+    with pytest.raises(ValueError, match="shapes disagree"):
+        debias_codes(X, D, jnp.zeros((2, 300)))
+
+
+def test_result_flag(small):
+    X, _ = small
+    res = fit_padl(X, 8, key=jr.key(0), hyper={"lam1": 0.2, "lam0": 0.0}, max_steps=3,
+                   warmup_steps=0, tol=0.0)
+    assert res.result == RESULTS.max_steps_reached and res.num_steps == 3
+    assert res.codes.dtype == X.dtype and res.compact()[0].shape == (12, res.num_active)
+
+
+@pytest.mark.slow
+def test_planted_dictionary_spec_scale():
+    """Check 6 at the spec's scale: d=32, 20 planted atoms, K=100, N=3000, lambda_1 = 0.1."""
+    X, D_true = planted(0, 32, 20, 3000)
+    lasso = fit_padl(X, 100, key=jr.key(1), hyper={"lam1": 0.1, "lam0": 0.0})
+    assert lasso.num_active == 100
+    for lam0 in (5.0, 20.0):
+        res = fit_padl(X, 100, key=jr.key(1), hyper={"lam1": 0.1, "lam0": lam0})
+        assert 20 <= res.num_active <= 22
+        assert recovery(D_true, res.dictionary[:, res.active]) >= 0.95
+        rel = jnp.linalg.norm(X - res.dictionary @ res.codes) / jnp.linalg.norm(X)
+        assert float(rel) <= 0.13
