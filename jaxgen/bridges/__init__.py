@@ -35,8 +35,7 @@ from ._tree_fit import (
     fit_nbffg as fit_nbffg,
     full_tree_loss as full_tree_loss,
     leaf_batches as leaf_batches,
-"""Schrödinger bridges and Doob h-transforms (guided SDEs)."""
-
+)
 from ._closed_form import (
     follmer_drift_gaussian as follmer_drift_gaussian,
     follmer_marginal_gaussian as follmer_marginal_gaussian,

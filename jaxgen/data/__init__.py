@@ -16,6 +16,7 @@ from ._graphs import (
     load_florentine_families as load_florentine_families,
     load_karate_club as load_karate_club,
     load_les_miserables as load_les_miserables,
+)
 from ._text import (
     ByteTokenizer as ByteTokenizer,
     TEXT_CORPORA as TEXT_CORPORA,
@@ -23,6 +24,7 @@ from ._text import (
     load_text_corpus as load_text_corpus,
     load_text_documents as load_text_documents,
     random_windows as random_windows,
+)
 from ._images import (
     extract_patches as extract_patches,
     load_digits as load_digits,

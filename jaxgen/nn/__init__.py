@@ -1,4 +1,6 @@
-"""Neural-network building blocks: channel mixers (MLP, SwiGLU, MoE, continued fractions), attention, norms, time embeddings, the token transformer."""
+"""Neural-network building blocks: channel mixers (MLP, SwiGLU, MoE, continued fractions),
+attention, norms, time embeddings, the token transformer; constrained ReLU networks (ICNN, ReLU+)
+and their exact constructions."""
 
 from ._continued_fraction import (
     capped_reciprocal as capped_reciprocal,
@@ -38,8 +40,7 @@ from ._transformer import (
     POSITIONS as POSITIONS,
     Transformer as Transformer,
     TransformerBlock as TransformerBlock,
-"""Neural-network building blocks: constrained ReLU networks (ICNN, ReLU+), exact constructions."""
-
+)
 from ._icnn import (
     ICNN as ICNN,
     NonNegProjectionState as NonNegProjectionState,
