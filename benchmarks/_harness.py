@@ -310,16 +310,21 @@ def main(argv: list[str] | None = None) -> int:
         report(args.out)
         return 0
     mode = args.mode or "quick"
-    names = benchmark_names() if args.name == "all" else [args.name]
-    failed = []
-    for name in names:
+    if args.name != "all":
         try:
-            run_one(name, mode, args.seed, args.out)
-        except Exception:  # one broken benchmark must not hide the others in `run all`
+            run_one(args.name, mode, args.seed, args.out)
+        except Exception:
             traceback.print_exc()
+            return 1
+        return 0
+    # `run all`: each benchmark in its own process, so global JAX settings (x64, caches) of one
+    # cannot leak into the next, and one broken benchmark does not hide the others.
+    failed = []
+    for name in benchmark_names():
+        cmd = [sys.executable, "-m", "benchmarks", "run", name, f"--{mode}", "--seed",
+               str(args.seed), "--out", args.out]
+        if subprocess.run(cmd, check=False).returncode != 0:
             failed.append(name)
-            if args.name != "all":
-                return 1
     if failed:
         print(f"benchmarks that could not run: {', '.join(failed)}", file=sys.stderr)
         return 1
