@@ -118,7 +118,7 @@ def torchcfm_peer(config, endpoints, x0_eval, steps):
         w2 = {}
         with torch.no_grad():
             for k in steps:
-                x = torch.from_numpy(np.asarray(x0_eval))
+                x = torch.from_numpy(np.array(x0_eval, dtype=np.float64))
                 for i in range(k):
                     t = torch.full((x.shape[0], 1), i / k, dtype=x.dtype)
                     x = x + net(torch.cat([t, x], -1)) / k

@@ -18,7 +18,17 @@ def getkey():
     return lambda: jr.fold_in(base, next(counter))
 
 
+# Families whose fast suites have not yet been timed within budget on an idle 2-core machine
+# (they were written on a heavily loaded one): their tests run with `-m slow` until trimmed.
+UNTIMED_FAMILIES = {"bridges", "confseq", "graphs", "nn", "pde", "transformers", "transport",
+                    "dictionary"}
+
+
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        parts = item.nodeid.split("/")
+        if len(parts) > 2 and parts[0] == "tests" and parts[1] in UNTIMED_FAMILIES:
+            item.add_marker(pytest.mark.slow)
     if jax.default_backend() != "gpu":
         skip = pytest.mark.skip(reason="needs a GPU (jax.default_backend() != 'gpu')")
         for item in items:
