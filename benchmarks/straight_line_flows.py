@@ -14,7 +14,6 @@ import time
 import diffrax as dfx
 import equinox as eqx
 import jax
-import jax.experimental
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
@@ -136,7 +135,7 @@ def run(config, key, rec):
     # (a) exact fields, in float64: W2 takes a square root of a trace, so float32 round-off of
     # 1e-7 in the covariances shows as ~1e-3 in W2 and would hide the exactness being measured.
     exact = {}
-    with jax.experimental.enable_x64():
+    with jax.enable_x64(True):
         for dim in config["dims"]:
             endpoints = jax.tree.map(lambda a: a.astype(jnp.float64),
                                      random_gaussian_pair(jr.fold_in(key_gauss, dim), dim))
