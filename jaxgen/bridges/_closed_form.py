@@ -7,13 +7,9 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
+from ..core import psd_sqrt
 from ._potential import QuadraticLogPotential
 from ._reference import AbstractReference, _check_horizon
-
-
-def _sqrtm(M: Float[Array, "dim dim"]) -> Float[Array, "dim dim"]:
-    evals, evecs = jnp.linalg.eigh(0.5 * (M + M.T))
-    return (evecs * jnp.sqrt(jnp.clip(evals, 0.0))[None, :]) @ evecs.T
 
 
 def _check_square(M: Array, name: str, dim: int | None = None) -> None:
@@ -41,8 +37,8 @@ def gaussian_eot_cross_cov(
     if isinstance(eps, int | float) and not eps > 0:
         raise ValueError(f"`eps` must be > 0, got {eps}.")
     eye = jnp.eye(A.shape[0], dtype=A.dtype)
-    Ah = _sqrtm(A)
-    D = _sqrtm(4.0 * Ah @ B @ Ah + eps**2 * eye)
+    Ah = psd_sqrt(A)
+    D = psd_sqrt(4.0 * Ah @ B @ Ah + eps**2 * eye)
     return 0.5 * (Ah @ D @ jnp.linalg.inv(Ah) - eps * eye)
 
 
