@@ -25,6 +25,7 @@ from jaxgen.transformers import (
     evaluate_lm,
     generative_perplexity,
     lm_loss,
+    lm_optimizer,
     sample_lm,
     score_sequences,
     token_nll,
@@ -189,10 +190,20 @@ def test_overfits_tiny_text_every_mixer(mixer):
     assert np.isfinite(last) and last < 1.07
 
 
+@pytest.mark.slow
 def test_fine_tune_on_samples_and_resume(model, tmp_path, getkey):
+    """Fine-tune on own samples; a run resumed from its step-2 checkpoint equals an uninterrupted one."""
     samples = sample_lm(getkey(), model, 8, 8, prompt=jnp.array([1]))
-    res = train_lm(model, minibatches(samples, 4), num_steps=3, key=jr.key(5),
-                   checkpoint_dir=str(tmp_path), checkpoint_every=2)
-    again = train_lm(model, minibatches(samples, 4), num_steps=4, key=jr.key(5),
+    opt = lm_optimizer(1e-2, 4)  # the 4-step schedule, shared by the killed and the whole run
+    batches = minibatches(samples, 4)
+    whole = train_lm(model, batches, num_steps=4, key=jr.key(5), optimizer=opt)
+    # "Killed" after step 2 (its checkpoint is the last thing it wrote), then restarted to 4.
+    train_lm(model, batches, num_steps=2, key=jr.key(5), optimizer=opt,
+             checkpoint_dir=str(tmp_path), checkpoint_every=2)
+    again = train_lm(model, batches, num_steps=4, key=jr.key(5), optimizer=opt,
                      checkpoint_dir=str(tmp_path))
-    assert res.losses.shape == (3,) and again.resumed_from == 3 and again.losses.shape == (4,)
+    assert again.resumed_from == 2 and again.losses.shape == (4,)
+    np.testing.assert_allclose(again.losses, whole.losses, rtol=1e-10)
+    for a, b in zip(jax.tree_util.tree_leaves(eqx.filter(again.model, eqx.is_array)),
+                    jax.tree_util.tree_leaves(eqx.filter(whole.model, eqx.is_array))):
+        np.testing.assert_allclose(a, b, rtol=1e-10)
