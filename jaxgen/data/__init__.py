@@ -18,6 +18,7 @@ from ._graphs import (
     load_les_miserables as load_les_miserables,
 )
 from ._text import (
+    BPETokenizer as BPETokenizer,
     ByteTokenizer as ByteTokenizer,
     TEXT_CORPORA as TEXT_CORPORA,
     TextCorpus as TextCorpus,

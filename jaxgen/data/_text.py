@@ -20,7 +20,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Int, PRNGKeyArray
 
-from ._common import MissingDataError, debian_files
+from ._common import MissingDataError, debian_files, require_module
 
 TEXT_CORPORA = ("python_stdlib", "bible-kjv", "fortunes", "dict-jargon")
 
@@ -197,6 +197,62 @@ class ByteTokenizer:
             raise ValueError(f"token ids must lie in [0, {self.vocab_size}), got range "
                              f"[{arr.min()}, {arr.max()}].")
         return bytes(arr[arr < 256].astype(np.uint8).tolist()).decode("utf-8", errors="replace")
+
+
+class BPETokenizer:
+    """Byte-level BPE tokenizer trained on a corpus (needs the optional ``tokenizers`` package).
+
+    The base alphabet is the 256 bytes, so every text round-trips exactly; ``vocab_size - 256 -
+    len(special_tokens)`` merges are learned from ``texts``. Training is deterministic.
+
+    Args:
+        texts: training documents.
+        vocab_size: total vocabulary, bytes + merges + special tokens (``> 256 + len(special)``).
+        special_tokens: extra ids appended after the learned vocabulary.
+
+    Raises:
+        MissingDataError: ``tokenizers`` is not installed (``pip install tokenizers``).
+    """
+
+    def __init__(self, texts: list[str], vocab_size: int = 512,
+                 special_tokens: tuple[str, ...] = ()):
+        tk = require_module("tokenizers")
+        if not isinstance(vocab_size, int) or vocab_size <= 256 + len(special_tokens):
+            raise ValueError(f"`vocab_size` must be an int > 256 + len(special_tokens) = "
+                             f"{256 + len(special_tokens)}, got {vocab_size!r}.")
+        if not texts:
+            raise ValueError("`texts` must be a non-empty list of documents.")
+        tokenizer = tk.Tokenizer(tk.models.BPE())
+        tokenizer.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tokenizer.decoder = tk.decoders.ByteLevel()
+        trainer = tk.trainers.BpeTrainer(
+            vocab_size=vocab_size - len(special_tokens), show_progress=False,
+            initial_alphabet=tk.pre_tokenizers.ByteLevel.alphabet(), special_tokens=[])
+        tokenizer.train_from_iterator(texts, trainer=trainer)
+        tokenizer.add_special_tokens(list(special_tokens))
+        self._tokenizer = tokenizer
+        self.special_tokens = tuple(special_tokens)
+        self.vocab_size = tokenizer.get_vocab_size()
+
+    def special_id(self, token: str) -> int:
+        """Id of a special token."""
+        if token not in self.special_tokens:
+            raise ValueError(f"unknown special token {token!r}; have {self.special_tokens}.")
+        return self._tokenizer.token_to_id(token)
+
+    def encode(self, text: str) -> np.ndarray:
+        """Token ids of ``text``, ``int32`` array ``(n,)``."""
+        return np.asarray(self._tokenizer.encode(text).ids, dtype=np.int32)
+
+    def decode(self, ids: np.ndarray | Array | list[int]) -> str:
+        """Text of a 1-D id sequence (special ids dropped)."""
+        arr = np.asarray(ids)
+        if arr.ndim != 1:
+            raise ValueError(f"`ids` must be 1-D, got shape {arr.shape}.")
+        if arr.size and (arr.min() < 0 or arr.max() >= self.vocab_size):
+            raise ValueError(f"token ids must lie in [0, {self.vocab_size}), got range "
+                             f"[{arr.min()}, {arr.max()}].")
+        return self._tokenizer.decode(arr.tolist(), skip_special_tokens=True)
 
 
 def random_windows(tokens: np.ndarray | Array, batch_size: int, length: int

@@ -12,6 +12,7 @@ import pytest
 import jaxgen.data._text as text_mod
 from jaxgen.core import minibatches
 from jaxgen.data import (
+    BPETokenizer,
     ByteTokenizer,
     debian_files,
     load_text_corpus,
@@ -99,6 +100,22 @@ def test_tokenizer_and_windows(getkey):
         random_windows(stream, 4, 101)
     with pytest.raises(ValueError, match="1-D integer"):
         random_windows(np.zeros((3, 3)), 1, 2)
+
+
+def test_bpe_tokenizer_round_trips_and_compresses():
+    pytest.importorskip("tokenizers")
+    docs = load_text_corpus("python_stdlib", max_bytes=40_000).train_documents
+    tok = BPETokenizer(docs, vocab_size=400, special_tokens=("<mask>",))
+    assert tok.vocab_size == 400 and tok.special_id("<mask>") == 399
+    text = docs[0][:2000] + " héllo"
+    ids = tok.encode(text)
+    assert ids.dtype == np.int32 and int(ids.max()) < 400
+    assert tok.decode(ids) == text  # byte-level: lossless
+    assert len(ids) < 0.8 * len(text.encode())  # merges compress the training distribution
+    with pytest.raises(ValueError, match="vocab_size"):
+        BPETokenizer(docs, vocab_size=256)
+    with pytest.raises(ValueError, match=r"token ids must lie in \[0, 400\)"):
+        tok.decode([400])
 
 
 def test_loss_eval_score_closed_forms(model, uniform_model, getkey):
