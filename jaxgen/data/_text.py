@@ -164,6 +164,17 @@ def load_text_corpus(name: str = "python_stdlib", *, val_fraction: float = 0.1,
     return TextCorpus(name, to_bytes(train_docs), to_bytes(val_docs), train_docs, val_docs)
 
 
+def _checked_ids(ids: np.ndarray | Array | list[int], vocab_size: int) -> np.ndarray:
+    """``ids`` as a 1-D numpy array, or a ValueError naming the shape / the out-of-range ids."""
+    arr = np.asarray(ids)
+    if arr.ndim != 1:
+        raise ValueError(f"`ids` must be 1-D, got shape {arr.shape}.")
+    if arr.size and (arr.min() < 0 or arr.max() >= vocab_size):
+        raise ValueError(f"token ids must lie in [0, {vocab_size}), got range "
+                         f"[{arr.min()}, {arr.max()}].")
+    return arr
+
+
 class ByteTokenizer:
     """Byte-level tokenizer: ids ``0..255`` are bytes, then optional special tokens.
 
@@ -190,12 +201,7 @@ class ByteTokenizer:
 
     def decode(self, ids: np.ndarray | Array | list[int]) -> str:
         """Text of a 1-D id sequence (special ids dropped, bad UTF-8 replaced)."""
-        arr = np.asarray(ids)
-        if arr.ndim != 1:
-            raise ValueError(f"`ids` must be 1-D, got shape {arr.shape}.")
-        if arr.size and (arr.min() < 0 or arr.max() >= self.vocab_size):
-            raise ValueError(f"token ids must lie in [0, {self.vocab_size}), got range "
-                             f"[{arr.min()}, {arr.max()}].")
+        arr = _checked_ids(ids, self.vocab_size)
         return bytes(arr[arr < 256].astype(np.uint8).tolist()).decode("utf-8", errors="replace")
 
 
@@ -246,12 +252,7 @@ class BPETokenizer:
 
     def decode(self, ids: np.ndarray | Array | list[int]) -> str:
         """Text of a 1-D id sequence (special ids dropped)."""
-        arr = np.asarray(ids)
-        if arr.ndim != 1:
-            raise ValueError(f"`ids` must be 1-D, got shape {arr.shape}.")
-        if arr.size and (arr.min() < 0 or arr.max() >= self.vocab_size):
-            raise ValueError(f"token ids must lie in [0, {self.vocab_size}), got range "
-                             f"[{arr.min()}, {arr.max()}].")
+        arr = _checked_ids(ids, self.vocab_size)
         return self._tokenizer.decode(arr.tolist(), skip_special_tokens=True)
 
 
