@@ -33,7 +33,7 @@ class FilterResult(NamedTuple):
     scores: np.ndarray
 
 
-def score_documents(docs: Sequence[SymbolsLike], *, window: int | None = None,
+def score_documents(docs: Sequence[SymbolsLike], *, window: int | np.integer | None = None,
                     form: str = "mean", unit: str = "bytes") -> np.ndarray:
     """H_K of every document, ``float64 (M,)`` bits per symbol (per byte by default).
 
@@ -160,8 +160,8 @@ def _check_docs(docs: Any) -> None:
 
 
 def filter_by_entropy(docs: Sequence[SymbolsLike], keep: int | float, *,
-                      window: int | None = None, form: str = "mean", unit: str = "bytes",
-                      max_score: float | None = None) -> FilterResult:
+                      window: int | np.integer | None = None, form: str = "mean",
+                      unit: str = "bytes", max_score: float | None = None) -> FilterResult:
     """Keep the ``keep`` documents with the highest H_K (model-free diversity filter).
 
     Args:

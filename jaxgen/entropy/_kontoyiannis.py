@@ -89,7 +89,7 @@ def _check_window(window: Any, minimum: int = 1) -> int | None:
     return int(window)
 
 
-def match_lengths(seq: SymbolsLike, *, window: int | None = None) -> np.ndarray:
+def match_lengths(seq: SymbolsLike, *, window: int | np.integer | None = None) -> np.ndarray:
     """Match lengths ``Lambda_i(w) = L_i(w) + 1`` for every position ``i`` (``int64 (n,)``).
 
     ``window=None`` is the increasing window ``w = i`` (the whole past; ``L_i(i)`` is the
@@ -122,7 +122,8 @@ def match_lengths(seq: SymbolsLike, *, window: int | None = None) -> np.ndarray:
     return lengths + 1
 
 
-def match_lengths_bruteforce(seq: SymbolsLike, *, window: int | None = None) -> np.ndarray:
+def match_lengths_bruteforce(seq: SymbolsLike, *, window: int | np.integer | None = None
+                             ) -> np.ndarray:
     """Reference `match_lengths` by direct comparison at every shift (``O(n w)``, ``O(n^2)``).
 
     For each shift ``d = i - j`` it compares ``x[d:]`` with ``x[:-d]`` and takes run lengths of
@@ -133,7 +134,7 @@ def match_lengths_bruteforce(seq: SymbolsLike, *, window: int | None = None) -> 
     return bruteforce_match(x, w) + 1
 
 
-def entropy_rate(seq: SymbolsLike, *, window: int | None = None, form: str = "mean",
+def entropy_rate(seq: SymbolsLike, *, window: int | np.integer | None = None, form: str = "mean",
                  lengths: np.ndarray | None = None) -> float:
     """Kontoyiannis match-length entropy-rate estimate ``H_K`` in bits per symbol.
 
@@ -199,9 +200,10 @@ def entropy_rate(seq: SymbolsLike, *, window: int | None = None, form: str = "me
 
 
 def markov_entropy_rate(transition: Float[ArrayLike, "S S"]) -> Float[Array, ""]:
-    """Entropy rate (bits/symbol) of a stationary Markov chain, ``-sum_i mu_i sum_j P_ij log2 P_ij``.
+    """Entropy rate (bits/symbol) of a stationary Markov chain, ``-sum_i mu_i sum_j P_ij lg P_ij``.
 
-    ``mu`` is the stationary law (``mu P = mu``, ``sum mu = 1``, by one linear solve); ``0 log 0 = 0``. An i.i.d. source is the case of identical
+    ``mu`` is the stationary law (``mu P = mu``, ``sum mu = 1``, rows of a high power of the lazy
+    chain ``(P + I) / 2``); ``0 log 0 = 0``. An i.i.d. source is the case of identical
     rows. The chain must be irreducible for ``mu`` to be unique.
 
     References:
@@ -226,12 +228,12 @@ def _check_transition(transition: Any) -> Array:
 
 
 def _stationary(p: Array) -> Array:
-    # mu (P - I) = 0 with one (redundant, for an irreducible chain) equation replaced by sum = 1.
-    s = p.shape[0]
-    a = (p.T - jnp.eye(s, dtype=p.dtype)).at[-1].set(1.0)
-    b = jnp.zeros((s,), p.dtype).at[-1].set(1.0)
-    mu = jnp.linalg.solve(a, b)
-    return jnp.clip(mu, 0.0, None) / jnp.sum(jnp.clip(mu, 0.0, None))
+    # Rows of Q^(2^60), Q = (P + I) / 2 (the lazy chain: same stationary law, aperiodic), by
+    # repeated squaring; converges for every irreducible chain and compiles to a tiny loop.
+    q = 0.5 * (p + jnp.eye(p.shape[0], dtype=p.dtype))
+    q = jax.lax.fori_loop(0, 60, lambda _, m: m @ m, q)
+    mu = jnp.mean(q, axis=0)
+    return mu / jnp.sum(mu)
 
 
 def sample_markov(key: PRNGKeyArray, transition: Float[ArrayLike, "S S"], length: int
@@ -248,15 +250,13 @@ def sample_markov(key: PRNGKeyArray, transition: Float[ArrayLike, "S S"], length
 
 @eqx.filter_jit
 def _sample_markov(key: PRNGKeyArray, p: Array, length: int) -> Array:
-    k0, k1 = jr.split(key)
-    mu = _stationary(p)
-    x0 = jr.categorical(k0, jnp.log(jnp.where(mu > 0, mu, 1e-30))).astype(jnp.int32)
+    u = jr.uniform(key, (length,), dtype=p.dtype)
+    x0 = jnp.minimum(jnp.sum(u[0] >= jnp.cumsum(_stationary(p))), p.shape[0] - 1)
     cum = jnp.cumsum(p, axis=1)
-    u = jr.uniform(k1, (length - 1,), dtype=p.dtype)
 
     def step(x: Array, ut: Array) -> tuple[Array, Array]:
         nxt = jnp.minimum(jnp.sum(ut >= cum[x]), p.shape[0] - 1).astype(jnp.int32)
         return nxt, nxt
 
-    _, path = jax.lax.scan(step, x0, u)
-    return jnp.concatenate([x0[None], path])
+    _, path = jax.lax.scan(step, x0.astype(jnp.int32), u[1:])
+    return jnp.concatenate([x0.astype(jnp.int32)[None], path])
