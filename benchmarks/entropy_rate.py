@@ -54,7 +54,7 @@ CONFIGS = {
                      "temperature": 0.8, "seeds": 2, "eval_windows": 16},
     },
     "full": {
-        "accuracy_ns": [1024, 4096, 16384, 65536, 262144, 1048576], "replicates": 5,
+        "accuracy_ns": [1024, 4096, 16384, 65536, 262144], "replicates": 3,
         "sw_window": 1024,
         "speed_ns": [10_000, 100_000, 1_000_000, 10_000_000], "brute_n": 32768,
         "lm": {"dim": 128, "layers": 2, "heads": 4, "context": 128, "pretrain_steps": 1500,
@@ -130,7 +130,7 @@ def _accuracy(config: dict, key, rec) -> None:
     rec.claim("markov_within_15pct",
               f"IW-mean H_K within 15% of the true entropy rate on 5 Markov sources at n = "
               f"{ns[-1]} (max relative error, mean of {reps} replicates)",
-              max(rel.values()), "<=", 0.15)
+              float(np.max(list(rel.values()))), "<=", 0.15)  # NaN propagates
     names = list(truths)
     t_rank = np.argsort(np.argsort([truths[k] for k in names]))
     e_rank = np.argsort(np.argsort([table[k]["iw_mean"][-1] for k in names]))

@@ -227,11 +227,17 @@ def _check_transition(transition: Any) -> Array:
                         "rows summing to 1.")
 
 
+def _normalise_rows(m: Array) -> Array:
+    return m / jnp.sum(m, axis=1, keepdims=True)
+
+
 def _stationary(p: Array) -> Array:
     # Rows of Q^(2^60), Q = (P + I) / 2 (the lazy chain: same stationary law, aperiodic), by
     # repeated squaring; converges for every irreducible chain and compiles to a tiny loop.
     q = 0.5 * (p + jnp.eye(p.shape[0], dtype=p.dtype))
-    q = jax.lax.fori_loop(0, 60, lambda _, m: m @ m, q)
+    # Renormalise the rows after each squaring: in float32 a row-sum error of 1e-7 would
+    # otherwise grow like (1 + 1e-7)^(2^k).
+    q = jax.lax.fori_loop(0, 60, lambda _, m: _normalise_rows(m @ m), q)
     mu = jnp.mean(q, axis=0)
     return mu / jnp.sum(mu)
 

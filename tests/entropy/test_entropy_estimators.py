@@ -170,7 +170,10 @@ def test_markov_entropy_grad_and_dtype():
         return markov_entropy_rate(jax.nn.softmax(z, axis=1))
 
     check_grads(jax.jit(h), (logits,), order=1, modes=["rev"], atol=1e-4, rtol=1e-4)
-    assert markov_entropy_rate(jnp.full((2, 2), 0.5, jnp.float32)).dtype == jnp.float32
+    p32 = jnp.asarray(_sources()["random 4-state Markov"], jnp.float32)
+    h32 = markov_entropy_rate(p32)
+    assert h32.dtype == jnp.float32
+    assert float(h32) == pytest.approx(_np_entropy(_sources()["random 4-state Markov"]), rel=1e-5)
 
 
 def test_sample_markov_transitions(getkey):
