@@ -648,7 +648,7 @@ def center_biases(model: Any, x: Float[Array, "batch dim"]) -> Any:
         Ws, _ = model.effective_weights()
         new_b, z = [], None
         for l in range(len(model.b)):
-            pre = x @ model.A[l].T + model.b[l]
+            pre = x @ model.A[l].T + model.b[l][None, :]
             if z is not None:
                 pre = pre + z @ Ws[l - 1].T
             shift = jnp.mean(pre, axis=0)
@@ -658,7 +658,7 @@ def center_biases(model: Any, x: Float[Array, "batch dim"]) -> Any:
     weights = model.weights if isinstance(model, ReLUNet) else model.effective_weights()[0]
     h, new_b = x, []
     for W, b in zip(weights, model.biases, strict=True):
-        pre = h @ W.T + b
+        pre = h @ W.T + b[None, :]
         shift = jnp.mean(pre, axis=0)
         new_b.append(b - shift)
         h = jax.nn.relu(pre - shift[None, :])

@@ -27,6 +27,10 @@ from jaxgen.nn import (
 )
 
 CLASSES = [ReLUNet, ReLUPlusNet, ICNN]
+# ICNN is the default-run case; ReLUNet and ReLUPlusNet keep fast tests elsewhere (convexity,
+# monotonicity, corner floor), so their copies of the generic module tests run with -m slow.
+CLASSES_FAST_ICNN = [pytest.param(ReLUNet, marks=pytest.mark.slow),
+                     pytest.param(ReLUPlusNet, marks=pytest.mark.slow), ICNN]
 
 
 def _min_constrained(model):
@@ -34,7 +38,7 @@ def _min_constrained(model):
     return min([float(jnp.min(v)) for v in ws] + [float(jnp.min(w))])
 
 
-@pytest.mark.parametrize("cls", CLASSES)
+@pytest.mark.parametrize("cls", CLASSES_FAST_ICNN)
 def test_depth_convention_shapes_dtype(cls, getkey):
     model = cls(3, (5, 4, 2), key=getkey())
     assert model.n_hidden == 3 and model.depth == 4
@@ -45,7 +49,7 @@ def test_depth_convention_shapes_dtype(cls, getkey):
     assert m32.depth == 2
 
 
-@pytest.mark.parametrize("cls", CLASSES)
+@pytest.mark.parametrize("cls", CLASSES_FAST_ICNN)
 def test_eager_jit_vmap_grad(cls, getkey):
     model = cls(3, (6, 5), key=getkey())
     xs = jr.normal(getkey(), (7, 3))
