@@ -27,11 +27,18 @@ from jaxgen.transport import srgw_barycenter, srgw_objective
 NAME = "srgw_graphon"
 PAPER = "Dufour, Naepels, Santoro. Network learning with semi-relaxed Gromov-Wasserstein (arXiv 2606.02223)"
 CONFIGS = {
-    "quick": {"ns": [100, 200, 400, 800], "reps": 2, "pot_reps": 1, "pot_ns": [100, 200, 400], "speed_n": 1000,
-              "batch_size": 16, "batch_n": 300, "real_reps": 2, "davis_starts": 30},
-    "full": {"ns": [100, 200, 400, 800, 1200, 1600, 2000], "reps": 5, "pot_reps": 2,
-             "pot_ns": [100, 200, 400, 800, 1200, 1600, 2000],
+    # quick (compilation-bound): every estimator shape is compiled once (graphons of one n share
+    # one vmapped call); n in {200, 400, 800}; the planted SBM at n = 400 and 800 only; link AUC
+    # on les miserables only; small speed runs. full adds n = 100 and n up to 2000.
+    "quick": {"ns": [200, 400, 800], "sbm_ns": [400, 800], "reps": 2, "starts": 2,
+              "pot_reps": 1, "pot_ns": [200], "speed_n": 500, "batch_size": 8,
+              "batch_n": 150, "real_reps": 1, "auc_graphs": ["les_miserables"],
+              "davis_starts": 30},
+    "full": {"ns": [100, 200, 400, 800, 1200, 1600, 2000],
+             "sbm_ns": [100, 200, 400, 800, 1200, 1600, 2000], "reps": 5, "starts": 2,
+             "pot_reps": 2, "pot_ns": [100, 200, 400, 800, 1200, 1600, 2000],
              "speed_n": 2000, "batch_size": 32, "batch_n": 500, "real_reps": 5,
+             "auc_graphs": ["karate", "les_miserables", "florentine", "davis"],
              "davis_starts": 30},
 }
 B3 = np.array([[0.8, 0.1, 0.2], [0.1, 0.7, 0.15], [0.2, 0.15, 0.6]])
@@ -39,19 +46,27 @@ PI3 = np.array([0.3, 0.3, 0.4])
 MODELS = ("abs_diff", "product", "sbm3")
 
 
-def _fit(A, K, key):
-    est = estimate_graphon(A, K, key=key, throw=False)
+def _fit(A, K, key, starts):
+    est = estimate_graphon(A, K, key=key, num_starts=starts, throw=False)
     return (est.edge_probabilities(), est.labels, est.rounding_gap, est.frac_deterministic,
             est.converged)
 
 
-@functools.partial(jax.jit, static_argnums=1)
-def _fit_batch(A, K, keys):
-    return jax.vmap(lambda a, k: _fit(a, K, k))(A, keys)
+@functools.partial(jax.jit, static_argnums=(1, 3))
+def _fit_batch(A, K, keys, starts):
+    return jax.vmap(lambda a, k: _fit(a, K, k, starts))(A, keys)
 
-_usvt = jax.jit(usvt)
-_sas = jax.jit(sas)
-_nh = jax.jit(network_histogram, static_argnums=1)
+
+@functools.partial(jax.jit, static_argnums=1)
+def _baselines_batch(A, K, keys):
+    """USVT, SAS and the network histogram on a batch of graphs (one compiled call)."""
+    one = lambda a, k: (usvt(a), sas(a), network_histogram(a, K, key=k)[0])  # noqa: E731
+    return jax.vmap(one)(A, keys)
+
+
+@jax.jit
+def _node_mse_batch(P_hat, P):
+    return jax.vmap(node_mse)(P_hat, P)
 
 
 def _pot_bcd(ot, A, T0, tol, max_steps=1000):
@@ -86,59 +101,86 @@ def run(config, key, rec):
     except ImportError:
         ot = None
     rec.peer("graspologic", "not installed")
+    t_start = time.perf_counter()
     key_mse, key_real, key_speed = jr.split(key, 3)
     ns, reps = config["ns"], config["reps"]
     mse = {m: {meth: [] for meth in ("srgw", "usvt", "sas", "nethist", "pot")} for m in MODELS}
     gaps, fracs, sbm_ari, pot_rows = [], [], {}, []
     for n in rec.progress(ns):
-        for model in MODELS:
-            K = 3 if model == "sbm3" else int(np.floor(np.sqrt(n)))
+        K = int(np.floor(np.sqrt(n)))
+        graphon_models = [m for m in MODELS if m != "sbm3"]
+        # all graphon models of this n share one compiled fit (same n, same K)
+        batch = {}
+        for model in graphon_models:
             keys = jr.split(jr.fold_in(key_mse, n * 7 + MODELS.index(model)), 2 * reps)
-            samples = [_sample(k, model, n) for k in keys[:reps]]
-            A = jnp.stack([s[0] for s in samples])
-            P = jnp.stack([s[1] for s in samples])
-            P_hat, labels, gap, frac, _ = _fit_batch(A, K, keys[reps:])
-            mse[model]["srgw"].append([float(node_mse(P_hat[r], P[r])) for r in range(reps)])
+            batch[model] = ([_sample(k, model, n) for k in keys[:reps]], keys)
+        if n in config["sbm_ns"]:
+            keys = jr.split(jr.fold_in(key_mse, n * 7 + MODELS.index("sbm3")), 2 * reps)
+            batch["sbm3"] = ([_sample(k, "sbm3", n) for k in keys[:reps]], keys)
+        for group, Kg in ((graphon_models, K), (["sbm3"], 3)):
+            group = [m for m in group if m in batch]
+            if not group:
+                continue
+            A = jnp.stack([s[0] for m in group for s in batch[m][0]])
+            P = jnp.stack([s[1] for m in group for s in batch[m][0]])
+            fit_keys = jnp.concatenate([batch[m][1][reps:] for m in group])
+            P_hat, labels, gap, frac, _ = _fit_batch(A, Kg, fit_keys, config["starts"])
+            base = _baselines_batch(A, Kg, jnp.concatenate([batch[m][1][:reps] for m in group]))
+            errs = {"srgw": _node_mse_batch(P_hat, P)}
+            for name, P_b in zip(("usvt", "sas", "nethist"), base, strict=True):
+                errs[name] = _node_mse_batch(P_b, P)
             gaps += list(np.asarray(gap) * n)
             fracs += list(np.asarray(frac))
-            if model == "sbm3":
-                sbm_ari[n] = [float(adjusted_rand_index(samples[r][2], labels[r]))
-                              for r in range(reps)]
-            mse[model]["usvt"].append([float(node_mse(_usvt(A[r]), P[r])) for r in range(reps)])
-            mse[model]["sas"].append([float(node_mse(_sas(A[r]), P[r])) for r in range(reps)])
-            mse[model]["nethist"].append(
-                [float(node_mse(_nh(A[r], K, key=keys[r])[0], P[r])) for r in range(reps)])
+            for g, model in enumerate(group):
+                sl = slice(g * reps, (g + 1) * reps)
+                for meth, e in errs.items():
+                    mse[model][meth].append([float(v) for v in np.asarray(e[sl])])
+                if model == "sbm3":
+                    sbm_ari[n] = [float(adjusted_rand_index(batch[model][0][r][2], labels[g * reps + r]))
+                                  for r in range(reps)]
             if ot is not None and n in config["pot_ns"]:
-                row = []
-                for r in range(config["pot_reps"]):
-                    A_np = np.asarray(A[r], dtype=np.float64)
-                    t0 = time.perf_counter()
-                    W, log = ot.gromov.semirelaxed_gromov_barycenters(
-                        K, [A_np], [np.full(n, 1.0 / n)], [1.0], loss_fun="square_loss",
-                        symmetric=True, G0="kmeans", log=True, tol=1e-6, warmstartT=True,
-                        random_state=r)
-                    z = np.argmax(log["T"][0], axis=1)
-                    row.append(float(node_mse(jnp.asarray(W[z][:, z], dtype=P.dtype), P[r])))
-                    pot_rows.append({"model": model, "n": n, "wall_s": time.perf_counter() - t0})
-                mse[model]["pot"].append(row)
+                for g, model in enumerate(group):
+                    row = []
+                    for r in range(config["pot_reps"]):
+                        A_np = np.asarray(batch[model][0][r][0], dtype=np.float64)
+                        t0 = time.perf_counter()
+                        best = None
+                        for s_ in range(config["starts"]):  # best of the same number of starts
+                            W, log = ot.gromov.semirelaxed_gromov_barycenters(
+                                Kg, [A_np], [np.full(n, 1.0 / n)], [1.0], loss_fun="square_loss",
+                                symmetric=True, G0="kmeans", log=True, tol=1e-6, warmstartT=True,
+                                random_state=100 * r + s_)
+                            T = log["T"][0]
+                            F = float(srgw_objective(jnp.asarray(A_np), jnp.asarray(T), jnp.asarray(W)))
+                            if best is None or F < best[0]:
+                                best = (F, W, T)
+                        _, W, T = best
+                        z = np.argmax(T, axis=1)
+                        P_r = batch[model][0][r][1]
+                        row.append(float(node_mse(jnp.asarray(W[z][:, z], dtype=P_r.dtype), P_r)))
+                        pot_rows.append({"model": model, "n": n, "starts": config["starts"],
+                                         "wall_s": time.perf_counter() - t0})
+                    mse[model]["pot"].append(row)
     # ---- rates
     slopes = {}
+    model_ns = {m: (config["sbm_ns"] if m == "sbm3" else ns) for m in MODELS}
     for model in MODELS:
         for meth, rows in mse[model].items():
             if len(rows) >= 2:
                 means = [float(np.mean(r)) for r in rows]
                 rec.metric(f"mse_{model}_{meth}", means)
                 slopes[f"{model}_{meth}"] = float(
-                    np.polyfit(np.log(ns[:len(means)]), np.log(means), 1)[0])
+                    np.polyfit(np.log(model_ns[model][:len(means)]), np.log(means), 1)[0])
     rec.metric("mse_slopes", slopes)
     rec.metric("ns", ns)
+    rec.metric("sbm_ns", config["sbm_ns"])
     rec.metric("sbm3_ari", {str(k): v for k, v in sbm_ari.items()})
     with rec.figure("mse_vs_n", ncols=3, figsize=(15, 4.5)) as (fig, axes):
         for ax, model in zip(axes, MODELS, strict=True):
             for meth, rows in mse[model].items():
                 if len(rows) >= 2:
                     means = [np.mean(r) for r in rows]
-                    ax.loglog(ns[:len(means)], means, "o-",
+                    ax.loglog(model_ns[model][:len(means)], means, "o-",
                               label=f"{meth} (slope {slopes[f'{model}_{meth}']:.2f})")
             ax.set_title(f"node MSE vs n: {model}")
             ax.set_xlabel("n")
@@ -152,14 +194,16 @@ def run(config, key, rec):
               gap_max, "<=", 1.0)
     rec.claim("frac_deterministic_rows", "mean fraction of one-hot rows of the relaxed coupling",
               float(np.mean(fracs)), ">=", 0.99)
-    n_sbm = 400 if 400 in sbm_ari else ns[-1]
+    n_sbm = 400 if 400 in sbm_ari else max(sbm_ari)
     rec.claim("planted_sbm_ari", f"min ARI over reps, planted 3-block SBM, n = {n_sbm} (= 1)",
               float(np.min(sbm_ari[n_sbm])), ">=", 1.0 - 1e-9)
     rec.claim("mse_ratio_srgw_vs_usvt_abs", "srGW / USVT node MSE on |u - v| at the largest n",
               np.mean(mse["abs_diff"]["srgw"][-1]) / np.mean(mse["abs_diff"]["usvt"][-1]), "<", 1.0)
 
+    rec.metric("sweep_done_at_s", time.perf_counter() - t_start)
     # ---- real graphs
     _real_graphs(config, key_real, rec)
+    rec.metric("real_graphs_done_at_s", time.perf_counter() - t_start)
 
     # ---- speed against POT: same graphs, same starts, same tolerance
     if ot is None:
@@ -194,12 +238,20 @@ def _real_graphs(config, key, rec):
     est = estimate_graphon(karate.adjacency, 4, key=jr.fold_in(key, 2), num_starts=10,
                            throw=False)
     karate_ari = float(adjusted_rand_index(jnp.asarray(karate.labels), est.labels))
+    rec.metric("karate_k4_objective", {"best": float(est.objective),
+                                       "starts": [float(v) for v in est.start_objectives]})
+    rec.note("karate K = 4: srGW minimises the squared loss, and the lowest objective found over "
+             "many starts (about 0.07174, relaxed = rounded) splits the club into two cores plus "
+             "two hub pairs with ARI about 0.49 against `club`; partitions with ARI 0.7 (the "
+             "spec's prototype) have a higher objective (about 0.0723). The claim depends on "
+             "which local minimum the starts reach.")
     rec.claim("davis_ari_k2", "Davis women, K = 2 (best of 30 random starts): ARI vs bipartite",
               davis_ari, ">=", 1.0 - 1e-9)
     rec.claim("karate_ari_k4", "karate club, K = 4 (10 k-means starts): ARI vs club", karate_ari,
               ">=", 0.5)
     aucs = {}
-    for name, g in graphs.items():
+    for name in config["auc_graphs"]:
+        g = graphs[name]
         A = jnp.asarray(g.adjacency)
         n = A.shape[0]
         K = max(2, int(np.floor(np.sqrt(n))))

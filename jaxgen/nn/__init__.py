@@ -42,6 +42,7 @@ from ._transformer import (
     TransformerBlock as TransformerBlock,
 )
 from ._icnn import (
+    center_biases as center_biases,
     ICNN as ICNN,
     NonNegProjectionState as NonNegProjectionState,
     ReLUNet as ReLUNet,

@@ -16,6 +16,7 @@ from jaxgen.nn import (
     BoxSampler,
     ReLUNet,
     ReLUPlusNet,
+    center_biases,
     check_constraints,
     fit_on_box,
     icnn_max_exact,
@@ -26,6 +27,10 @@ from jaxgen.nn import (
 )
 
 CLASSES = [ReLUNet, ReLUPlusNet, ICNN]
+# ICNN is the default-run case; ReLUNet and ReLUPlusNet keep fast tests elsewhere (convexity,
+# monotonicity, corner floor), so their copies of the generic module tests run with -m slow.
+CLASSES_FAST_ICNN = [pytest.param(ReLUNet, marks=pytest.mark.slow),
+                     pytest.param(ReLUPlusNet, marks=pytest.mark.slow), ICNN]
 
 
 def _min_constrained(model):
@@ -33,7 +38,7 @@ def _min_constrained(model):
     return min([float(jnp.min(v)) for v in ws] + [float(jnp.min(w))])
 
 
-@pytest.mark.parametrize("cls", CLASSES)
+@pytest.mark.parametrize("cls", CLASSES_FAST_ICNN)
 def test_depth_convention_shapes_dtype(cls, getkey):
     model = cls(3, (5, 4, 2), key=getkey())
     assert model.n_hidden == 3 and model.depth == 4
@@ -44,7 +49,7 @@ def test_depth_convention_shapes_dtype(cls, getkey):
     assert m32.depth == 2
 
 
-@pytest.mark.parametrize("cls", CLASSES)
+@pytest.mark.parametrize("cls", CLASSES_FAST_ICNN)
 def test_eager_jit_vmap_grad(cls, getkey):
     model = cls(3, (6, 5), key=getkey())
     xs = jr.normal(getkey(), (7, 3))
@@ -174,3 +179,26 @@ def test_fit_on_box_trains_and_projects(getkey):
         fit_on_box(lambda x: x, max_n, key=getkey(), num_steps=1, optimizer=optax.adam(1e-3))
     with pytest.raises(ValueError, match="need `high` > `low`"):
         BoxSampler(max_n, 2, 4, low=1.0, high=0.0)
+
+
+def test_center_biases_zero_mean_preactivations(getkey):
+    x = jr.uniform(getkey(), (64, 3), minval=-1.0, maxval=1.0)
+    icnn = ICNN(3, (5, 4), key=getkey())
+    m = center_biases(icnn, x)
+    pre1 = x @ m.A[0].T + m.b[0][None, :]
+    (W2,), _ = m.effective_weights()
+    pre2 = jax.nn.relu(pre1) @ W2.T + x @ m.A[1].T + m.b[1][None, :]
+    np.testing.assert_allclose(np.asarray(pre1.mean(0)), 0.0, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(pre2.mean(0)), 0.0, atol=1e-12)
+    # only the free biases move: constrained weights and skips are untouched
+    chex.assert_trees_all_equal((m.A, m.W_raw, m.w_raw, m.a), (icnn.A, icnn.W_raw, icnn.w_raw,
+                                                              icnn.a))
+    plus = center_biases(ReLUPlusNet(3, (6, 6), key=getkey()), x)
+    (W1, W2), _ = plus.effective_weights()
+    h1 = x @ W1.T + plus.biases[0][None, :]
+    h2 = jax.nn.relu(h1) @ W2.T + plus.biases[1][None, :]
+    np.testing.assert_allclose(np.asarray(h2.mean(0)), 0.0, atol=1e-12)
+    with pytest.raises(ValueError, match="`x` must have shape"):
+        center_biases(icnn, jnp.zeros((8, 4)))
+    with pytest.raises(TypeError, match="`model` must be"):
+        center_biases(object(), x)
