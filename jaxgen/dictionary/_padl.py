@@ -108,7 +108,10 @@ def estimate_hyperparameters(
               \lambda_0 = \sigma^2\,[\,b\,d\ln 2 + \ln((1-\rho)/\rho)\,].
 
     Plug-in estimates: :math:`\hat\sigma^2 = \mathrm{RSS}/(Nd - \mathrm{nnz}(R) - d|A|)`,
-    :math:`\hat\beta = \|R\|_1/\mathrm{nnz}(R)`, :math:`\hat\rho = (|A| + a_0 - 1)/(K + a_0 + b_0 -
+    :math:`\hat\beta = \|R\|_1/(|A|\,N)` (the Laplace maximum-likelihood scale over **every**
+    entry of the active rows, which the model draws i.i.d. Laplace; averaging over the nonzeros
+    only, :math:`\|R\|_1/\mathrm{nnz}(R)`, overstates beta by the factor :math:`|A|N/\mathrm{nnz}`,
+    so lambda_1 = sigma^2/beta shrinks each round and the codes run to near-dense), :math:`\hat\rho = (|A| + a_0 - 1)/(K + a_0 + b_0 -
     2)` clipped to :math:`[1/K, 1 - 1/K]`; the l-inf weight is :math:`\lambda_2 = \lambda_0/\hat M`
     with :math:`\hat M` the median of :math:`\|r_k\|_\infty` over active rows (the convex envelope
     of the row count on a box). This model is a reconstruction (the paper's text could not be
@@ -129,7 +132,7 @@ def estimate_hyperparameters(
                          "are 0): lower lam0/lam1 or give a better start.")
     dof = max(N * d - nnz - d * num_active, 1.0)
     sigma2 = rss / dof
-    beta = float(jnp.sum(jnp.abs(R))) / nnz
+    beta = float(jnp.sum(jnp.abs(R))) / (num_active * N)
     rho = (num_active + a0 - 1) / max(K + a0 + b0 - 2, 1)
     rho = min(max(rho, 1 / K), 1 - 1 / K) if K > 1 else 0.5
     lam0 = sigma2 * (bits * d * math.log(2) + math.log((1 - rho) / rho))
