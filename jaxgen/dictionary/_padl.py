@@ -299,7 +299,8 @@ def _alternate(X, state, lam1, lam_row, lam_row_from, *, penalty, steps, ramp_st
             else:
                 hp = estimate_hyperparameters(X, D, R, **hyper_rounds["kwargs"])
                 hyper_rounds["estimates"] = hp
-                lam1 = hp["lam1"]
+                if hyper_rounds["lam1"]:
+                    lam1 = hp["lam1"]
                 lam_row = hp["lam0"] if penalty == "count" else hp["lam2"]
                 lam_row_from = lam_row
                 changed = True
@@ -328,6 +329,7 @@ def fit_padl(
     prune_every: int = 10,
     prune_steps: int = 30,
     reestimate_every: int = 10,
+    reestimate_lam1: bool = False,
     path_grid: Float[ArrayLike, " P"] | None = None,
     path_size: int = 15,
     path_steps: int = 15,
@@ -347,6 +349,7 @@ def fit_padl(
        plain lasso dictionary learning (:math:`\lambda_0 = 0`,
        :math:`\lambda_1 = 0.1\,\mathrm{median}_n \|D^\top x_n\|_\infty` unless fixed).
     2. Hyper-parameters: ``"mdl"`` estimates them by `estimate_hyperparameters` and re-estimates
+       lambda_0 (lambda_1 too with ``reestimate_lam1``)
        every ``reestimate_every`` iterations until |A| moves by <= 1; ``"path"`` sweeps
        :math:`\lambda_0` over ``path_grid`` (default :math:`\hat\sigma^2 2^{0..14}`,
        ``path_size`` points) with warm starts and picks the centre of the widest plateau of
@@ -366,6 +369,10 @@ def fit_padl(
         hyper: ``"mdl"``, ``"path"`` or ``{"lam1": ..., "lam0": ...}`` (``"lam2"`` for ``"linf"``).
         bits: bits per stored coefficient (the MDL price of an atom).
         max_steps: the most outer iterations after the warm-up (per path point: ``path_steps``).
+        reestimate_lam1: with ``"mdl"``, also re-estimate lambda_1 = sigma2/beta at every round
+            (default: only lambda_0; lambda_1 keeps its first estimate from the warm-up fit). The
+            joint re-estimation is degenerate: smaller lambda_1 -> denser codes -> smaller RSS ->
+            smaller sigma2_hat -> smaller lambda_1, which ran to near-dense codes on patches.
         dictionary_init: optional initial dictionary (d, K) instead of random columns.
         throw: raise on non-finite values or an empty dictionary instead of returning them.
 
@@ -422,8 +429,8 @@ def fit_padl(
     else:
         hp = estimate_hyperparameters(X, state.D, state.R, bits=bits, a0=a0, b0=b0)
         lam1, lam_row = hp["lam1"], hp[row_key]
-        hyper_rounds = ({"every": reestimate_every, "kwargs": dict(bits=bits, a0=a0, b0=b0)}
-                        if mode == "mdl" else None)
+        hyper_rounds = ({"every": reestimate_every, "kwargs": dict(bits=bits, a0=a0, b0=b0),
+                         "lam1": reestimate_lam1} if mode == "mdl" else None)
     if mode == "path":
         grid = (hp["sigma2"] * 2.0 ** np.linspace(0, 14, path_size) if path_grid is None
                 else np.sort(np.asarray(path_grid, dtype=float)))
