@@ -221,7 +221,7 @@ def test_bad_inputs(small):
         transform(X, D, lam1=0.1, active=jnp.zeros(3, bool))
     with pytest.raises(ValueError, match="`lam1` is required"):
         transform(X, D)
-    with pytest.raises(ValueError, match="has 12 rows but `X` has 5"):
+    with pytest.raises(TypeError, match="dictionary"):  # the "d" of the annotations, first
         transform(X[:5], D, lam1=0.1)
     with pytest.raises(ValueError, match="`active` must have shape"):
         transform(X, D, lam1=0.1, active=jnp.ones(4, bool))
