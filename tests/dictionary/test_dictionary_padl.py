@@ -223,9 +223,9 @@ def test_bad_inputs(small):
         transform(X, D)
     with pytest.raises(TypeError, match="dictionary"):  # the "d" of the annotations, first
         transform(X[:5], D, lam1=0.1)
-    with pytest.raises(ValueError, match="`active` must have shape"):
+    with pytest.raises(TypeError, match="active"):  # the "K" of the annotations, first
         transform(X, D, lam1=0.1, active=jnp.ones(4, bool))
-    with pytest.raises(ValueError, match="shapes disagree"):
+    with pytest.raises(TypeError, match="codes"):  # the "K" of the annotations, first
         debias_codes(X, D, jnp.zeros((2, 300)))
 
 
