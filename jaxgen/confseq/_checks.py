@@ -33,6 +33,7 @@ def check_unit(a, name: str) -> Array:
         if arr.size and (np.isnan(arr).any() or arr.min() < 0 or arr.max() > 1):
             lo, hi = np.nanmin(arr), np.nanmax(arr)
             raise ValueError(f"{bad_msg} Got range [{lo}, {hi}], NaN: {bool(np.isnan(arr).any())}.")
+        return _as_float(a, name)  # checked above: no eager error_if dispatch on the hot path
     a = _as_float(a, name)
     return eqx.error_if(a, jnp.any(~((a >= 0) & (a <= 1))), bad_msg)
 

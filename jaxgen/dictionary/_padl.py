@@ -108,7 +108,10 @@ def estimate_hyperparameters(
               \lambda_0 = \sigma^2\,[\,b\,d\ln 2 + \ln((1-\rho)/\rho)\,].
 
     Plug-in estimates: :math:`\hat\sigma^2 = \mathrm{RSS}/(Nd - \mathrm{nnz}(R) - d|A|)`,
-    :math:`\hat\beta = \|R\|_1/\mathrm{nnz}(R)`, :math:`\hat\rho = (|A| + a_0 - 1)/(K + a_0 + b_0 -
+    :math:`\hat\beta = \|R\|_1/(|A|\,N)` (the Laplace maximum-likelihood scale over **every**
+    entry of the active rows, which the model draws i.i.d. Laplace; averaging over the nonzeros
+    only, :math:`\|R\|_1/\mathrm{nnz}(R)`, overstates beta by the factor :math:`|A|N/\mathrm{nnz}`,
+    so lambda_1 = sigma^2/beta shrinks each round and the codes run to near-dense), :math:`\hat\rho = (|A| + a_0 - 1)/(K + a_0 + b_0 -
     2)` clipped to :math:`[1/K, 1 - 1/K]`; the l-inf weight is :math:`\lambda_2 = \lambda_0/\hat M`
     with :math:`\hat M` the median of :math:`\|r_k\|_\infty` over active rows (the convex envelope
     of the row count on a box). This model is a reconstruction (the paper's text could not be
@@ -129,7 +132,7 @@ def estimate_hyperparameters(
                          "are 0): lower lam0/lam1 or give a better start.")
     dof = max(N * d - nnz - d * num_active, 1.0)
     sigma2 = rss / dof
-    beta = float(jnp.sum(jnp.abs(R))) / nnz
+    beta = float(jnp.sum(jnp.abs(R))) / (num_active * N)
     rho = (num_active + a0 - 1) / max(K + a0 + b0 - 2, 1)
     rho = min(max(rho, 1 / K), 1 - 1 / K) if K > 1 else 0.5
     lam0 = sigma2 * (bits * d * math.log(2) + math.log((1 - rho) / rho))
@@ -296,7 +299,8 @@ def _alternate(X, state, lam1, lam_row, lam_row_from, *, penalty, steps, ramp_st
             else:
                 hp = estimate_hyperparameters(X, D, R, **hyper_rounds["kwargs"])
                 hyper_rounds["estimates"] = hp
-                lam1 = hp["lam1"]
+                if hyper_rounds["lam1"]:
+                    lam1 = hp["lam1"]
                 lam_row = hp["lam0"] if penalty == "count" else hp["lam2"]
                 lam_row_from = lam_row
                 changed = True
@@ -325,6 +329,7 @@ def fit_padl(
     prune_every: int = 10,
     prune_steps: int = 30,
     reestimate_every: int = 10,
+    reestimate_lam1: bool = False,
     path_grid: Float[ArrayLike, " P"] | None = None,
     path_size: int = 15,
     path_steps: int = 15,
@@ -344,6 +349,7 @@ def fit_padl(
        plain lasso dictionary learning (:math:`\lambda_0 = 0`,
        :math:`\lambda_1 = 0.1\,\mathrm{median}_n \|D^\top x_n\|_\infty` unless fixed).
     2. Hyper-parameters: ``"mdl"`` estimates them by `estimate_hyperparameters` and re-estimates
+       lambda_0 (lambda_1 too with ``reestimate_lam1``)
        every ``reestimate_every`` iterations until |A| moves by <= 1; ``"path"`` sweeps
        :math:`\lambda_0` over ``path_grid`` (default :math:`\hat\sigma^2 2^{0..14}`,
        ``path_size`` points) with warm starts and picks the centre of the widest plateau of
@@ -363,6 +369,10 @@ def fit_padl(
         hyper: ``"mdl"``, ``"path"`` or ``{"lam1": ..., "lam0": ...}`` (``"lam2"`` for ``"linf"``).
         bits: bits per stored coefficient (the MDL price of an atom).
         max_steps: the most outer iterations after the warm-up (per path point: ``path_steps``).
+        reestimate_lam1: with ``"mdl"``, also re-estimate lambda_1 = sigma2/beta at every round
+            (default: only lambda_0; lambda_1 keeps its first estimate from the warm-up fit). The
+            joint re-estimation is degenerate: smaller lambda_1 -> denser codes -> smaller RSS ->
+            smaller sigma2_hat -> smaller lambda_1, which ran to near-dense codes on patches.
         dictionary_init: optional initial dictionary (d, K) instead of random columns.
         throw: raise on non-finite values or an empty dictionary instead of returning them.
 
@@ -419,8 +429,8 @@ def fit_padl(
     else:
         hp = estimate_hyperparameters(X, state.D, state.R, bits=bits, a0=a0, b0=b0)
         lam1, lam_row = hp["lam1"], hp[row_key]
-        hyper_rounds = ({"every": reestimate_every, "kwargs": dict(bits=bits, a0=a0, b0=b0)}
-                        if mode == "mdl" else None)
+        hyper_rounds = ({"every": reestimate_every, "kwargs": dict(bits=bits, a0=a0, b0=b0),
+                         "lam1": reestimate_lam1} if mode == "mdl" else None)
     if mode == "path":
         grid = (hp["sigma2"] * 2.0 ** np.linspace(0, 14, path_size) if path_grid is None
                 else np.sort(np.asarray(path_grid, dtype=float)))

@@ -88,9 +88,9 @@ def test_betting_cs_grid_vs_exact_and_truth():
     assert jnp.all(hi_r <= hi_g)
 
 
-def test_betting_cs_matches_confseq_compat():
+def _check_compat(seeds):
     cs = import_confseq()
-    for i in range(5):
+    for i in seeds:
         x = np.random.default_rng(10 + i).beta(2.0 + i, 3.0, 500)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -98,6 +98,16 @@ def test_betting_cs_matches_confseq_compat():
         mlo, mhi = betting_cs(jnp.asarray(x), 0.05, confseq_compat=True)
         np.testing.assert_allclose(mlo, lo, atol=2e-3)
         np.testing.assert_allclose(mhi, hi, atol=2e-3)
+
+
+def test_betting_cs_matches_confseq_compat():
+    _check_compat(range(2))
+
+
+@pytest.mark.slow
+def test_betting_cs_matches_confseq_compat_spec_scale():
+    """Spec check 4 in full: 5 Beta samples of length 500."""
+    _check_compat(range(5))
 
 
 @pytest.mark.parametrize("bet", ["agrapa", "ons"])

@@ -1,6 +1,7 @@
 import dataclasses
 import warnings
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
@@ -46,6 +47,12 @@ def _memberships(rs, pts):
     return {k: jax.vmap(r.contains)(pts) for k, r in rs.items() if k != "x"}
 
 
+@eqx.filter_jit
+def _contains(region, pts):
+    """vmap of ``contains`` over points, compiled once per kind (shared by the tests)."""
+    return jax.vmap(region.contains)(pts)
+
+
 def test_max_wealth_equals_bonferroni(regions):
     for r in regions:
         np.testing.assert_allclose(r["maxw"].lower, r["bonf"].lower, atol=1e-10)
@@ -79,6 +86,7 @@ def test_volume_ordering(regions, getkey):
         assert lv["port"] <= lv["be"] + 1e-3 <= lv["box"] + 2e-3 <= lv["bonf"] + 3e-3
 
 
+@pytest.mark.slow
 def test_fft_volume_matches_monte_carlo(regions):
     r = regions[0]
     for k in ("port", "be"):
@@ -103,7 +111,7 @@ def test_ellipsoid_volume_formula(regions, p):
 
 
 def test_d1_collapses_to_1d_cs():
-    x, _ = _data(5, T=T, d=1)
+    x, _ = _data(5, T=60, d=1)  # T = 60 shares the exact-mode compilation with test_betting
     bonf = confidence_region(x, 0.05, kind="bonferroni")
     box = confidence_region(x, 0.05, kind="box")
     lo, hi = betting_cs(x[:, 0], 0.05, grid_size=None)
@@ -128,8 +136,8 @@ def test_monotone_in_alpha_and_permutation(regions):
     p1 = regions[0]["port"]
     p2 = confidence_region(x, 0.2, kind="box_ellipsoid").as_kind("portfolio")
     pts = p1.lower[None, :] + jr.uniform(jr.key(4), (2000, D)) * (p1.upper - p1.lower)[None, :]
-    m1 = jax.vmap(p1.contains)(pts)
-    m2 = jax.vmap(p2.contains)(pts)
+    m1 = _contains(p1, pts)
+    m2 = _contains(p2, pts)
     assert not jnp.any(m2 & ~m1) and int(jnp.sum(m1 & ~m2)) > 0
 
 
@@ -138,24 +146,36 @@ def test_prefix_time_argument(regions):
     full = confidence_region(x, 0.05, kind="bonferroni", t=T)
     np.testing.assert_allclose(full.lower, regions[0]["bonf"].lower)
     at = confidence_region(x, 0.05, kind="bonferroni", t=60)
-    ref = confidence_region(x[:60], 0.05, kind="bonferroni")
-    np.testing.assert_allclose(at.lower, ref.lower, atol=1e-12)
-    np.testing.assert_allclose(at.upper, ref.upper, atol=1e-12)
+    # the region at t = 60 ignores x_61.. (same shapes, so no new compilation) ...
+    other = confidence_region(x.at[60:].set(1.0 - x[60:]), 0.05, kind="bonferroni", t=60)
+    np.testing.assert_array_equal(at.lower, other.lower)
+    np.testing.assert_array_equal(at.upper, other.upper)
+    # ... and equals each coordinate's 1-D exact CS on x_1..x_60 at level alpha/d
+    for j in range(D):
+        lo, hi = betting_cs(x[:60, j], 0.05 / D, grid_size=None)
+        np.testing.assert_allclose([at.lower[j], at.upper[j]], [lo[-1], hi[-1]], atol=1e-9)
 
 
 def test_baselines():
     x, mu = _data(6)
-    # predmix_eb region at T equals the path's last row; it covers mu here and is wider than
-    # the betting Bonferroni box (WSR: betting dominates PrPl-EB)
+    # the PrPl-EB box covers mu here; the ball has the closed-form radius
     path = predmix_eb_bonferroni(x, 0.05)
-    reg = confidence_region(x, 0.05, kind="predmix_eb")
-    np.testing.assert_allclose(reg.lower, path[-1, :, 0])
     assert path.shape == (T, D, 2)
+    assert jnp.all((path[-1, :, 0] < mu) & (mu < path[-1, :, 1]))
     centre, radius = subgaussian_ball(x, 0.05)
     s2, rho, t = D / 4, 100 * D / 4, T
     r_ref = np.sqrt(2 * (rho + s2 * t) * (np.log(20) + D / 2 * np.log1p(s2 * t / rho))) / t
     np.testing.assert_allclose(radius[-1], r_ref, rtol=1e-12)
     np.testing.assert_allclose(centre[-1], x.mean(0), rtol=1e-12)
+
+
+@pytest.mark.slow
+def test_baseline_region_kinds():
+    x, mu = _data(6)
+    path = predmix_eb_bonferroni(x, 0.05)
+    reg = confidence_region(x, 0.05, kind="predmix_eb")
+    np.testing.assert_allclose(reg.lower, path[-1, :, 0])
+    centre, radius = subgaussian_ball(x, 0.05)
     ball = confidence_region(x, 0.05, kind="subgaussian_ball")
     assert bool(ball.contains(mu)) and bool(ball.contains(centre[-1]))
     assert not bool(ball.contains(centre[-1] + 1.01 * radius[-1] / np.sqrt(D)))
