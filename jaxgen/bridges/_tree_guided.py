@@ -158,7 +158,6 @@ class ResidualFlow(eqx.Module):
     """
 
     nets: tuple[eqx.nn.MLP, ...]
-    masks: Float[Array, "L dim"]
     dim: int = eqx.field(static=True)
 
     def __init__(
@@ -175,18 +174,17 @@ class ResidualFlow(eqx.Module):
             mlp = eqx.nn.MLP(4 * dim + 1, 2 * dim, width, depth, jax.nn.silu, key=k)
             nets.append(_zero_last(mlp))
         self.nets = tuple(nets)
-        self.masks = jnp.asarray(
-            [[float((i + layer) % 2) for i in range(dim)] for layer in range(num_layers)]
-        )
 
     def __call__(
         self, xi: Float[Array, " dim"], context: Float[Array, " c"]
     ) -> tuple[Float[Array, " dim"], Float[Array, ""]]:
         """``(T(xi; kappa), log |det dT/dxi|)``."""
         d = self.dim
-        dt = self.masks.dtype
+        dt = self.nets[0].layers[0].weight.dtype
         logdet = jnp.zeros((), xi.dtype)
-        for net, mask in zip(self.nets, self.masks.astype(xi.dtype)):
+        for layer, net in enumerate(self.nets):
+            # Fixed (not trainable) alternating mask: 1 = kept, 0 = transformed.
+            mask = jnp.asarray((np.arange(d) + layer) % 2, xi.dtype)
             h = net(jnp.concatenate([mask * xi, context]).astype(dt)).astype(xi.dtype)
             s = jnp.tanh(h[:d]) * (1 - mask)
             t = h[d:] * (1 - mask)

@@ -1,3 +1,5 @@
+import functools as ft
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -41,13 +43,17 @@ def _cov(x, tau):
     return QM
 
 
+_filter = eqx.filter_jit(backward_filter)
+
+
+@ft.cache
 def _disc_tree():
     kern = LinearKernels(
         jnp.broadcast_to(PHI, (N, 2, 2)),
         jnp.broadcast_to(BETA, (N, 2)),
         jnp.broadcast_to(QM, (N, 2, 2)),
     )
-    filt = backward_filter(TOPO, Y, kern, C=C, R=R)
+    filt = _filter(TOPO, Y, kern, C=C, R=R)
     model = TreeKernel(_mean, _cov)
     return GuidedTree(topo=TOPO, model=model, filt=filt, proxy=kern, x_root=X0), kern
 
@@ -94,7 +100,8 @@ def test_residual_flow_identity_at_init_and_path_loss_telescopes():
     plain = _guided_disc(key, gt, None)
     zero = _guided_disc(key, gt, ResidualFlow(2, 2, 8, 1, key=jr.key(0)))
     np.testing.assert_array_equal(plain.states, zero.states)  # theta = 0 is BFFG, same keys
-    np.testing.assert_allclose(zero.edge_loss, 0.0, atol=1e-9)  # exact proxy: every l_v = 0
+    # exact proxy: every l_v = 0 (up to the 1e-9 relative jitter in the Cholesky of P°)
+    np.testing.assert_allclose(zero.edge_loss, 0.0, atol=1e-8)
     flow = _random_flow(jr.key(4))
     full = _guided_disc(key, gt, flow)
     assert float(jnp.max(jnp.abs(full.edge_loss))) > 1e-3  # a non-identity flow is penalised
@@ -114,6 +121,7 @@ def test_residual_flow_identity_at_init_and_path_loss_telescopes():
                                    rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_fit_discrete_flow_is_exact_fixed_point():
     # With an exact proxy the posterior is the guided kernel (identity flow, KL = 0): from a
     # perturbed flow, training must bring the loss (= KL up to a constant 0) down.
@@ -144,14 +152,16 @@ R1 = jnp.array([[0.01]])
 K = 8
 
 
+@ft.cache
 def _sde_tree(drift):
     a = jnp.full((N, 1, 1), SIG**2)
     px = LinearSDEs(jnp.zeros((N, 1, 1)), jnp.zeros((N, 1)), a, a)
-    filt = backward_filter(TOPO, Y1, px, R=R1, num_steps=K)
+    filt = _filter(TOPO, Y1, px, R=R1, num_steps=K)
     return GuidedTree(topo=TOPO, model=TreeSDE(drift, _sde_sigma), filt=filt, proxy=px,
                       x_root=jnp.zeros(1))
 
 
+@pytest.mark.slow
 def test_sde_lg_exact_proxy_has_equal_weights_and_exact_evidence():
     gt = _sde_tree(_sde_drift_lin)
     out = _is(jr.key(2), gt, 400)
@@ -159,7 +169,8 @@ def test_sde_lg_exact_proxy_has_equal_weights_and_exact_evidence():
     np.testing.assert_allclose(out.ess, 400, rtol=1e-10)
     kern = LinearKernels(jnp.ones((N, 1, 1)), jnp.zeros((N, 1)),
                          SIG**2 * jnp.asarray(TOPO.branch_length)[:, None, None])
-    means, covs, logev = dense_tree_smoother(TOPO, kern, Y1, R=R1, x_root=jnp.zeros(1))
+    means, covs, logev = eqx.filter_jit(dense_tree_smoother)(TOPO, kern, Y1, R=R1,
+                                                            x_root=jnp.zeros(1))
     np.testing.assert_allclose(out.log_evidence, logev, atol=1e-10)
     se = jnp.sqrt(covs[:, 0, 0] / 400)[1:]
     err = jnp.abs(out.posterior_mean[1:, 0] - means[1:, 0])
@@ -176,6 +187,15 @@ _guided = eqx.filter_jit(guided_sample)
 _path = eqx.filter_jit(path_loss)
 
 
+def test_control_net_starts_at_zero():
+    ctrl = ControlNet(2, 3, 8, 1, key=jr.key(0))
+    args = (jnp.asarray(0.3), jnp.asarray(0.2), jnp.array([0.1, -0.4]), jnp.array([1.0, 2.0]))
+    np.testing.assert_array_equal(ctrl(*args), jnp.zeros(3))
+    out = _random_control(jr.key(1))(jnp.asarray(0.3), jnp.asarray(0.2), jnp.ones(1), jnp.ones(1))
+    assert out.shape == (1,) and float(jnp.abs(out[0])) > 0
+
+
+@pytest.mark.slow
 def test_zero_control_is_bffg_and_path_loss_telescopes():
     gt = _sde_tree(_sde_drift_dw)
     key = jr.key(3)
