@@ -25,10 +25,10 @@ from ._tree_guided import (
     guided_sample as guided_sample,
     importance_sample as importance_sample,
     path_loss as path_loss,
+    ResidualFlow as ResidualFlow,
     proxy_posterior_mean as proxy_posterior_mean,
     sde_proxy_from_anchors as sde_proxy_from_anchors,
     simulate_tree as simulate_tree,
-    tree_guided_drift as tree_guided_drift,
 )
 from ._tree_topology import TreeTopology as TreeTopology
 from ._tree_fit import (
@@ -52,6 +52,7 @@ from ._htransform import (
     GuidedDrift as GuidedDrift,
     doob_drift as doob_drift,
     drift_ess as drift_ess,
+    guide as guide,
     guided_drift as guided_drift,
     log_h as log_h,
 )

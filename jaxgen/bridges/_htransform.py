@@ -20,6 +20,26 @@ from ._quadrature import Quadrature
 from ._reference import AbstractReference, _check_horizon
 
 
+def guide(
+    b: Float[Array, " dim"], a: Float[Array, "dim dim"] | Float[Array, " dim"],
+    grad_log_h: Float[Array, " dim"],
+) -> Float[Array, " dim"]:
+    r"""The h-transformed drift value ``b + a grad_x log h`` at one point.
+
+    The one formula behind `GuidedDrift`, `DoobDrift` and the guided SDE edges of the tree
+    sampler (where ``grad_x log h~ = r~ = F(t) - H(t) x`` for a canonical-form Gaussian ``h~``).
+
+    Args:
+        b: the drift ``(dim,)``.
+        a: the diffusion matrix ``sigma sigma^T``, ``(dim, dim)`` or its diagonal ``(dim,)``.
+        grad_log_h: ``grad_x log h`` ``(dim,)``.
+
+    Returns:
+        ``b + a grad_log_h`` ``(dim,)``.
+    """
+    return b + (a @ grad_log_h if a.ndim == 2 else a * grad_log_h)
+
+
 class GuidedDrift(eqx.Module):
     """The vector field ``(t, x, args) -> drift(t, x, args) + a(t, x, args) grad_log_h(t, x, args)``.
 
@@ -36,9 +56,7 @@ class GuidedDrift(eqx.Module):
         a = self.diffusion_matrix
         if callable(a):
             a = a(t, x, args)
-        g = self.grad_log_h(t, x, args)
-        guide = a @ g if a.ndim == 2 else a * g
-        return self.drift(t, x, args) + guide
+        return guide(self.drift(t, x, args), a, self.grad_log_h(t, x, args))
 
 
 def guided_drift(
@@ -121,7 +139,7 @@ class DoobDrift(eqx.Module):
 
     def __call__(self, t: Any, x: Float[Array, " dim"], args: Any = None) -> Float[Array, " dim"]:
         """The drift at ``(t, x)``."""
-        return self.ref.drift(x) + self.ref.Sigma @ self.grad_log_h(t, x, args)
+        return guide(self.ref.drift(x), self.ref.Sigma, self.grad_log_h(t, x, args))
 
 
 def doob_drift(

@@ -21,7 +21,7 @@ class Quadrature(eqx.Module):
     nodes: Float[Array, "M dim"]
     log_weights: Float[Array, " M"]
 
-    def __init__(self, nodes: Float[Array, "M dim"], log_weights: Float[Array, " M"]):
+    def __init__(self, nodes: Float[Array, "M dim"], log_weights: Float[Array, " _"]):
         """Wrap nodes and log-weights; the weights are renormalised to sum to one."""
         nodes = jnp.asarray(nodes)
         log_weights = jnp.asarray(log_weights, nodes.dtype)

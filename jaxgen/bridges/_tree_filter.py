@@ -259,8 +259,9 @@ def _edge_ode(msg, B, beta, a0, a1, tau, num_steps, rtol, atol):
 
 
 def _edge_closed(msg, B, beta, a0, a1, tau, num_steps):
-    B = eqx.error_if(
-        B,
+    # Attach the check to a0, which the pullback uses (B is otherwise dead and the check with it).
+    a0 = eqx.error_if(
+        a0,
         jnp.any(B != 0) | jnp.any(beta != 0),
         "method='closed' needs a driftless proxy (B = 0 and beta = 0); use method='ode'.",
     )
@@ -447,19 +448,17 @@ def dense_tree_smoother(
     else:
         m0, P0 = prior
     b = beta.at[r].set(m0).reshape(n * d)
-    Qbig = jsl.block_diag(*[Q[v] if v != r else P0 for v in range(n)])
-    A = jnp.zeros((n * d, n * d), dtype)
-    for v in range(n):
-        p = int(topo.parent[v])
-        if p >= 0:
-            A = A.at[v * d : (v + 1) * d, p * d : (p + 1) * d].set(Phi[v])
+    Qs = Q.at[r].set(P0)
+    Qbig = (jnp.eye(n, dtype=dtype)[:, None, :, None] * Qs[:, :, None, :]).reshape(n * d, n * d)
+    child = np.flatnonzero(topo.parent >= 0)
+    A = jnp.zeros((n, n, d, d), dtype).at[child, topo.parent[child]].set(Phi[child])
+    A = A.transpose(0, 2, 1, 3).reshape(n * d, n * d)
     L = jnp.linalg.inv(jnp.eye(n * d, dtype=dtype) - A)
     mean = L @ b
     S = L @ Qbig @ L.T
     nl = topo.num_leaves
-    Cbig = jnp.zeros((nl * m, n * d), dtype)
-    for i, v in enumerate(topo.leaves):
-        Cbig = Cbig.at[i * m : (i + 1) * m, v * d : (v + 1) * d].set(C)
+    Cbig = jnp.zeros((nl, n, m, d), dtype).at[np.arange(nl), topo.leaves].set(C)
+    Cbig = Cbig.transpose(0, 2, 1, 3).reshape(nl * m, n * d)
     Rbig = jnp.kron(jnp.eye(nl, dtype=dtype), R)
     yv = y.reshape(nl * m)
     Syy = Cbig @ S @ Cbig.T + Rbig
@@ -475,5 +474,6 @@ def dense_tree_smoother(
         - 0.5 * nl * m * math.log(2 * math.pi)
     )
     means = post_mean.reshape(n, d)
-    covs = jnp.stack([post_cov[v * d : (v + 1) * d, v * d : (v + 1) * d] for v in range(n)])
+    ar = np.arange(n)
+    covs = post_cov.reshape(n, d, n, d)[ar, :, ar, :]
     return means, covs, logev

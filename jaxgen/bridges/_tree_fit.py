@@ -26,11 +26,18 @@ import optax
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from ..core import FitResult, adamw_cosine, fit
-from ._tree_guided import ControlNet, GuidedTree, guided_sample, path_loss
+from ._tree_guided import (
+    ControlNet,
+    GuidedTree,
+    ResidualFlow,
+    _check_control,
+    guided_sample,
+    path_loss,
+)
 
 
 class _Trainable(eqx.Module):
-    control: ControlNet
+    control: ControlNet | ResidualFlow
     frozen: GuidedTree
 
 
@@ -39,7 +46,8 @@ def _frozen(gt: GuidedTree) -> GuidedTree:
 
 
 def full_tree_loss(
-    key: PRNGKeyArray, gt: GuidedTree, control: ControlNet, num_samples: int = 1
+    key: PRNGKeyArray, gt: GuidedTree, control: ControlNet | ResidualFlow | None,
+    num_samples: int = 1,
 ) -> Float[Array, ""]:
     """Monte Carlo estimate of ``E sum_v l_v`` from ``num_samples`` whole-tree draws."""
     keys = jr.split(key, num_samples)
@@ -74,7 +82,7 @@ def _full_batches(batch_size: int):
 def fit_nbffg(
     key: PRNGKeyArray,
     gt: GuidedTree,
-    control: ControlNet,
+    control: ControlNet | ResidualFlow,
     *,
     num_steps: int,
     mode: str = "path",
@@ -83,17 +91,21 @@ def fit_nbffg(
     checkpoint_dir: str | None = None,
     progress: bool = False,
 ) -> FitResult:
-    r"""Train the NBFFG control residual with `jaxgen.core.fit`.
+    r"""Train the NBFFG residual with `jaxgen.core.fit`.
+
+    SDE edges train a `ControlNet` (pathwise gradients through Euler-Maruyama); discrete edges
+    a `ResidualFlow` (reparametrised gradients through the whitened guided draw).
 
     ``mode="path"`` minimises the path-subsampled loss over ``batch_size`` distinct leaves per
     step (cost O(batch_size * D) edges); ``mode="full"`` the full-tree loss over
     ``batch_size`` whole-tree draws (O(batch_size * N)). The filter, proxy and root are frozen
-    (stop-gradient and a zero update). ``FitResult.model`` is the trained `ControlNet`.
+    (stop-gradient and a zero update). ``FitResult.model`` is the trained residual.
 
     Args:
         key: PRNG key.
-        gt: the `GuidedTree` (SDE edges).
-        control: initial `ControlNet` (zero output = BFFG).
+        gt: the `GuidedTree`.
+        control: initial `ControlNet` (SDE edges) or `ResidualFlow` (discrete edges); both
+            start as the identity residual (= BFFG).
         num_steps: optimiser steps.
         mode: ``"path"`` or ``"full"``.
         batch_size: leaves (path mode) or whole-tree draws (full mode) per step.
@@ -104,11 +116,9 @@ def fit_nbffg(
     Returns:
         `jaxgen.core.FitResult` whose ``model`` is the trained control.
     """
-    if not gt.is_sde:
-        raise TypeError(
-            "fit_nbffg needs SDE edges (a GuidedTree with a TreeSDE model); the conditional-flow "
-            "residual of discrete edges is not implemented."
-        )
+    if control is None:
+        raise TypeError("`control` must be a ControlNet (SDE edges) or ResidualFlow (discrete).")
+    _check_control(gt, control)
     if mode not in ("path", "full"):
         raise ValueError(f"`mode` must be 'path' or 'full', got {mode!r}.")
     nl = gt.topo.num_leaves

@@ -32,6 +32,7 @@ import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from ..core import solve_sde
+from ._htransform import guide
 from ._tree_filter import (
     Canonical,
     LinearKernels,
@@ -129,10 +130,7 @@ class ControlNet(eqx.Module):
     ):
         self.noise_dim = noise_dim
         mlp = eqx.nn.MLP(2 * dim + 2, noise_dim, width, depth, jax.nn.silu, key=key)
-        last = mlp.layers[-1]
-        last = eqx.tree_at(lambda m: (m.weight, m.bias), last,
-                           (jnp.zeros_like(last.weight), jnp.zeros_like(last.bias)))
-        self.mlp = eqx.tree_at(lambda m: m.layers[-1], mlp, last)
+        self.mlp = _zero_last(mlp)
 
     def __call__(
         self, u: Float[Array, ""], remaining: Float[Array, ""], x: Float[Array, " dim"],
@@ -144,22 +142,74 @@ class ControlNet(eqx.Module):
         return self.mlp(inp).astype(x.dtype)
 
 
-def tree_guided_drift(
-    b: Float[Array, " dim"], a: Float[Array, "dim dim"], r: Float[Array, " dim"]
-) -> Float[Array, " dim"]:
-    r"""Guided drift ``b + a r~`` for the canonical-form Gaussian h, ``r~ = grad log h = F - H x``.
+class ResidualFlow(eqx.Module):
+    r"""Conditional affine-coupling residual of a discrete edge (NBFFG), identity at init.
 
-    (Kept as its own function so the tree code and the generic Doob h-transform share one
-    definition at merge.)
+    Acts on the whitened guided draw ``xi = L°^{-1}(x° - m°)``: each layer keeps the coordinates
+    with ``mask = 1`` and maps the others by ``xi <- xi exp(s) + t``, ``(s, t)`` from an MLP of
+    the kept coordinates and the context ``kappa = (x_pa, m°, log diag P°, tau_v)``, with
+    tanh-bounded log-scales ``s``. Masks alternate between layers (in ``dim = 1`` every other
+    layer is a context-only affine map). Last layers start at zero, so the untrained flow is the
+    identity and the sampler is exactly BFFG. Acts on one state; vmap for batches.
+
+    References:
+        Dinh, Sohl-Dickstein, Bengio, "Density estimation using Real NVP", arXiv 1605.08803;
+        Yang, van der Meulen, Sommer, arXiv 2601.23030 (the residual of discrete edges).
     """
-    return b + a @ r
+
+    nets: tuple[eqx.nn.MLP, ...]
+    dim: int = eqx.field(static=True)
+
+    def __init__(
+        self, dim: int, num_layers: int = 4, width: int = 64, depth: int = 2, *,
+        key: PRNGKeyArray
+    ):
+        if not isinstance(dim, int) or dim < 1:
+            raise ValueError(f"`dim` must be an int >= 1, got {dim!r}.")
+        if not isinstance(num_layers, int) or num_layers < 1:
+            raise ValueError(f"`num_layers` must be an int >= 1, got {num_layers!r}.")
+        self.dim = dim
+        nets = []
+        for k in jr.split(key, num_layers):
+            mlp = eqx.nn.MLP(4 * dim + 1, 2 * dim, width, depth, jax.nn.silu, key=k)
+            nets.append(_zero_last(mlp))
+        self.nets = tuple(nets)
+
+    def __call__(
+        self, xi: Float[Array, " dim"], context: Float[Array, " c"]
+    ) -> tuple[Float[Array, " dim"], Float[Array, ""]]:
+        """``(T(xi; kappa), log |det dT/dxi|)``."""
+        d = self.dim
+        dt = self.nets[0].layers[0].weight.dtype
+        logdet = jnp.zeros((), xi.dtype)
+        for layer, net in enumerate(self.nets):
+            # Fixed (not trainable) alternating mask: 1 = kept, 0 = transformed.
+            mask = jnp.asarray((np.arange(d) + layer) % 2, xi.dtype)
+            h = net(jnp.concatenate([mask * xi, context]).astype(dt)).astype(xi.dtype)
+            s = jnp.tanh(h[:d]) * (1 - mask)
+            t = h[d:] * (1 - mask)
+            xi = mask * xi + (1 - mask) * (xi * jnp.exp(s) + t)
+            logdet = logdet + jnp.sum(s)
+        return xi, logdet
+
+
+def _zero_last(mlp: eqx.nn.MLP) -> eqx.nn.MLP:
+    last = mlp.layers[-1]
+    last = eqx.tree_at(lambda m: (m.weight, m.bias), last,
+                       (jnp.zeros_like(last.weight), jnp.zeros_like(last.bias)))
+    return eqx.tree_at(lambda m: m.layers[-1], mlp, last)
 
 
 # -- edges ------------------------------------------------------------------------------------
 
 
-def _discrete_edge(gt: GuidedTree, x_pa, v, key):
-    """One guided discrete edge: (x_v, l_v, l_v) (no residual: both losses are equal)."""
+def _discrete_edge(gt: GuidedTree, flow, x_pa, v, key):
+    """One guided discrete edge: (x_v, l_v, l_v) (training and IS losses are equal).
+
+    Without a residual ``l_v = log h~_{v->pa}(x_pa) - log h^_v(x_pa)`` exactly (a constant given
+    x_pa); with a `ResidualFlow` ``l_v = log q_theta(x_v|x_pa) - log p_v(x_v|x_pa)
+    - log h~_v(x_v) + log h~_{v->pa}(x_pa)`` at the drawn ``x_v``.
+    """
     tau = jnp.asarray(np.append(gt.topo.branch_length, 1.0), x_pa.dtype)[v]
     msg = jax.tree_util.tree_map(lambda a: _padded(a)[v], gt.filt.node)
     emsg = jax.tree_util.tree_map(lambda a: _padded(a)[v], gt.filt.edge)
@@ -171,9 +221,19 @@ def _discrete_edge(gt: GuidedTree, x_pa, v, key):
     sol = jnp.linalg.solve(IQH, jnp.concatenate([Q, (mu + Q @ msg.F)[:, None]], axis=1))
     P, m = _sym(sol[:, :d]), sol[:, d]
     L = jnp.linalg.cholesky(P + 1e-9 * jnp.trace(P) / d * eye)
-    x_v = m + L @ jr.normal(key, (d,), x_pa.dtype)
-    log_hhat = pullback(msg, eye, mu, Q).c
-    ell = log_potential(emsg, x_pa) - log_hhat
+    xi = jr.normal(key, (d,), x_pa.dtype)
+    if flow is None:
+        x_v = m + L @ xi
+        log_hhat = pullback(msg, eye, mu, Q).c
+        ell = log_potential(emsg, x_pa) - log_hhat
+        return x_v, ell, ell
+    ctx = jnp.concatenate([x_pa, m, jnp.log(jnp.diagonal(P)), tau[None]])
+    xi2, logdet = flow(xi, ctx)
+    x_v = m + L @ xi2
+    log_q = (jnp.sum(jax.scipy.stats.norm.logpdf(xi)) - jnp.sum(jnp.log(jnp.diagonal(L)))
+             - logdet)
+    log_p = jax.scipy.stats.multivariate_normal.logpdf(x_v, mu, Q)
+    ell = log_q - log_p - log_potential(msg, x_v) + log_potential(emsg, x_pa)
     return x_v, ell, ell
 
 
@@ -231,7 +291,7 @@ def _sde_edge(gt: GuidedTree, control, x_pa, v, key):
     def drift(u, y, args):
         x = y[:d]
         dt_du, sigma, a, b, r, G, theta = parts(u, x)
-        dx = tree_guided_drift(b, a, r) + sigma @ theta
+        dx = guide(b, a, r) + sigma @ theta
         dcost = 0.5 * theta @ theta - G
         return jnp.concatenate([dx, jnp.stack([dcost, jnp.zeros((), dtype)])]) * dt_du
 
@@ -248,12 +308,25 @@ def _sde_edge(gt: GuidedTree, control, x_pa, v, key):
     return yT[:d], yT[d], yT[d] + yT[d + 1]
 
 
+def _check_control(gt: GuidedTree, control) -> None:
+    if control is None:
+        return
+    want = ControlNet if gt.is_sde else ResidualFlow
+    if not isinstance(control, want):
+        raise TypeError(
+            f"`control` must be a {want.__name__} for {'SDE' if gt.is_sde else 'discrete'} "
+            f"edges (or None for BFFG), got {type(control).__name__}."
+        )
+    if isinstance(control, ResidualFlow) and control.dim != gt.x_root.shape[0]:
+        raise ValueError(
+            f"`control` acts in dim {control.dim}, but the states have dim {gt.x_root.shape[0]}."
+        )
+
+
 def _edge(gt: GuidedTree, control, x_pa, v, key):
     if gt.is_sde:
         return _sde_edge(gt, control, x_pa, v, key)
-    if control is not None:
-        raise TypeError("a residual `control` is only supported for SDE edges (TreeSDE).")
-    return _discrete_edge(gt, x_pa, v, key)
+    return _discrete_edge(gt, control, x_pa, v, key)
 
 
 # -- whole tree and paths ---------------------------------------------------------------------
@@ -276,7 +349,7 @@ class GuidedSample(NamedTuple):
 
 
 def guided_sample(
-    key: PRNGKeyArray, gt: GuidedTree, control: ControlNet | None = None
+    key: PRNGKeyArray, gt: GuidedTree, control: ControlNet | ResidualFlow | None = None
 ) -> GuidedSample:
     r"""Sample every node root to leaves under the guided (and optionally controlled) process.
 
@@ -287,11 +360,13 @@ def guided_sample(
     Args:
         key: PRNG key.
         gt: the `GuidedTree`.
-        control: optional `ControlNet` residual (SDE edges); ``None`` is BFFG.
+        control: optional residual: `ControlNet` (SDE edges) or `ResidualFlow` (discrete
+            edges); ``None`` is BFFG.
 
     Returns:
         `GuidedSample`.
     """
+    _check_control(gt, control)
     topo = gt.topo
     n = topo.num_nodes
     dtype = gt.x_root.dtype
@@ -317,7 +392,7 @@ def path_loss(
     key: PRNGKeyArray,
     gt: GuidedTree,
     leaf_rows: Int[Array, " B"],
-    control: ControlNet | None = None,
+    control: ControlNet | ResidualFlow | None = None,
 ) -> Float[Array, ""]:
     r"""Unbiased path-subsampled estimate of the full-tree training loss ``sum_v l_v``.
 
@@ -336,6 +411,7 @@ def path_loss(
     Returns:
         The mean of L over the given leaves.
     """
+    _check_control(gt, control)
     topo = gt.topo
     n = topo.num_nodes
     paths = jnp.asarray(topo.leaf_paths)[leaf_rows]  # (B, D+1), -1 padded
@@ -383,7 +459,7 @@ def importance_sample(
     key: PRNGKeyArray,
     gt: GuidedTree,
     num_samples: int,
-    control: ControlNet | None = None,
+    control: ControlNet | ResidualFlow | None = None,
 ) -> ImportanceSample:
     r"""Draw ``num_samples`` whole trees with `guided_sample` and weight them.
 

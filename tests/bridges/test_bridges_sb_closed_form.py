@@ -70,8 +70,7 @@ def test_ou_transition_heat_of_exp_quadratic(getkey):
     psi = QuadraticLogPotential(jnp.array([[0.9, -0.2], [-0.2, 0.4]]), jnp.array([0.5, -1.0]))
     gh = gauss_hermite(2, 30)
     x = jnp.array([0.4, 1.1])
-    closed = psi.log_heat(ref, x, 0.6)
-    quad = log_h(psi, ref, x, 0.4, 1.0, gh)
+    closed, quad = jax.jit(lambda x: (psi.log_heat(ref, x, 0.6), log_h(psi, ref, x, 0.4, 1.0, gh)))(x)
     np.testing.assert_allclose(quad, closed, rtol=1e-10)
     np.testing.assert_allclose(psi.log_heat(ref, x, 0.0), psi(x), rtol=1e-12)
 
@@ -155,8 +154,10 @@ def test_doob_drift_quadratic_matches_analytic_gradient():
     g = psi.eta - psi.Lambda @ ref.mean(x, tau)
     grad = F * jnp.linalg.solve(jnp.eye(2) + psi.Lambda @ C, g)  # F (I + Lambda C)^{-1} g
     expected = ref.drift(x) + ref.Sigma @ grad
-    np.testing.assert_allclose(doob_drift(psi, ref, T, gh)(t, x, None), expected, rtol=1e-8)
-    np.testing.assert_allclose(doob_drift(psi, ref, T)(t, x, None), expected, rtol=1e-10)
+    quad, closed = jax.jit(lambda x: (doob_drift(psi, ref, T, gh)(t, x, None),
+                                      doob_drift(psi, ref, T)(t, x, None)))(x)
+    np.testing.assert_allclose(quad, expected, rtol=1e-8)
+    np.testing.assert_allclose(closed, expected, rtol=1e-10)
 
 
 def test_simulated_bridge_endpoint_and_midpoint(getkey):
@@ -196,10 +197,12 @@ def test_follmer_drift_matches_autodiff_of_log_h():
     ref, psi, gh = BrownianReference(2), _follmer_potential(), gauss_hermite(2, 40)
     x, t = jnp.array([0.4, -0.9]), 0.3
     expected = follmer_drift_gaussian(t, x, MU_F, S_F)
-    np.testing.assert_allclose(doob_drift(psi, ref, 1.0, gh)(t, x, None), expected, rtol=1e-8)
-    np.testing.assert_allclose(doob_drift(psi, ref, 1.0)(t, x, None), expected, rtol=1e-10)
+    quad, closed, lp = jax.jit(lambda x: (
+        doob_drift(psi, ref, 1.0, gh)(t, x, None), doob_drift(psi, ref, 1.0)(t, x, None),
+        log_terminal_density(psi, ref, x, 1.0, outer=gh, source_cov=jnp.zeros((2, 2)))))(x)
+    np.testing.assert_allclose(quad, expected, rtol=1e-8)
+    np.testing.assert_allclose(closed, expected, rtol=1e-10)
     # log rho_1 of the Dirac-source bridge is the target density.
-    lp = log_terminal_density(psi, ref, x, 1.0, outer=gh, source_cov=jnp.zeros((2, 2)))
     np.testing.assert_allclose(lp, jax.scipy.stats.multivariate_normal.logpdf(x, MU_F, S_F),
                                rtol=1e-10)
 

@@ -29,6 +29,7 @@ R = jnp.array([[0.1]])
 X0 = jnp.array([0.3, -0.2])
 
 
+@jax.jit
 def _lg(key):
     k = jr.split(key, 3)
     Phi = 0.8 * jnp.eye(D)[None] + 0.1 * jr.normal(k[0], (N, D, D))
@@ -38,6 +39,7 @@ def _lg(key):
     return LinearKernels(Phi, beta, Q)
 
 
+@jax.jit
 def _y(key):
     return jr.normal(key, (TOPO.num_leaves, 1))
 
@@ -54,17 +56,19 @@ def _root(filt):
     return jax.tree_util.tree_map(lambda a: a[0], filt.node)
 
 
-def test_pullback_matches_moment_form_and_monte_carlo(getkey):
+@jax.jit
+def _pullback_case(key):
     d = 3
-    A = jr.normal(getkey(), (d, d))
+    k = jr.split(key, 9)
+    A = jr.normal(k[0], (d, d))
     H = A @ A.T + 0.5 * jnp.eye(d)
-    F = jr.normal(getkey(), (d,))
+    F = jr.normal(k[1], (d,))
     msg = Canonical(jnp.array(-0.3), F, H)
-    Phi = jr.normal(getkey(), (d, d)) * 0.5
-    beta = jr.normal(getkey(), (d,))
-    Bq = jr.normal(getkey(), (d, d))
+    Phi = jr.normal(k[2], (d, d)) * 0.5
+    beta = jr.normal(k[3], (d,))
+    Bq = jr.normal(k[4], (d, d))
     Q = Bq @ Bq.T * 0.3
-    x = jr.normal(getkey(), (d,))
+    x = jr.normal(k[5], (d,))
     got = log_potential(pullback(msg, Phi, beta, Q), x)
     # moment form: U(z) = exp(c) (2pi)^{d/2} det(H)^{-1/2} exp(F'H^{-1}F/2) N(z; H^{-1}F, H^{-1})
     mean, cov = jnp.linalg.solve(H, F), jnp.linalg.inv(H)
@@ -72,23 +76,34 @@ def test_pullback_matches_moment_form_and_monte_carlo(getkey):
     S = Q + cov
     r = mean - (Phi @ x + beta)
     ref = logZ - 0.5 * r @ jnp.linalg.solve(S, r) - 0.5 * jnp.linalg.slogdet(2 * math.pi * S)[1]
-    np.testing.assert_allclose(got, ref, atol=1e-10)
     # singular H (rank 1) against Monte Carlo
-    u = jr.normal(getkey(), (d,))
+    u = jr.normal(k[6], (d,))
     msg1 = Canonical(jnp.array(0.1), 0.7 * u, jnp.outer(u, u))
-    z = (Phi @ x + beta)[None] + jr.normal(getkey(), (200_000, d)) @ jnp.linalg.cholesky(Q).T
+    z = (Phi @ x + beta)[None] + jr.normal(k[7], (200_000, d)) @ jnp.linalg.cholesky(Q).T
     mc = jnp.log(jnp.mean(jnp.exp(jax.vmap(lambda zz: log_potential(msg1, zz))(z))))
-    np.testing.assert_allclose(log_potential(pullback(msg1, Phi, beta, Q), x), mc, atol=2e-2)
+    return got, ref, log_potential(pullback(msg1, Phi, beta, Q), x), mc
 
 
-def test_leaf_message_is_gaussian_likelihood():
+def test_pullback_matches_moment_form_and_monte_carlo(getkey):
+    got, ref, got1, mc = _pullback_case(getkey())
+    np.testing.assert_allclose(got, ref, atol=1e-10)
+    np.testing.assert_allclose(got1, mc, atol=2e-2)
+
+
+@jax.jit
+def _leaf_case():
     y = jnp.array([0.4, -1.0])
     Cm = jnp.array([[1.0, 0.0, 2.0], [0.0, 1.0, -1.0]])
     Rm = jnp.array([[0.3, 0.1], [0.1, 0.2]])
     x = jnp.array([0.1, 0.2, -0.3])
     r = y - Cm @ x
     ref = -0.5 * r @ jnp.linalg.solve(Rm, r) - 0.5 * jnp.linalg.slogdet(2 * math.pi * Rm)[1]
-    np.testing.assert_allclose(log_potential(leaf_message(y, Cm, Rm), x), ref, rtol=1e-12)
+    return log_potential(leaf_message(y, Cm, Rm), x), ref
+
+
+def test_leaf_message_is_gaussian_likelihood():
+    got, ref = _leaf_case()
+    np.testing.assert_allclose(got, ref, rtol=1e-12)
 
 
 def test_discrete_filter_equals_dense_smoother(getkey):
@@ -99,12 +114,18 @@ def test_discrete_filter_equals_dense_smoother(getkey):
     prior = (X0, 0.5 * jnp.eye(D))
     _, _, ref_p = _dense(TOPO, kern, y, C=C, R=R, prior=prior)
     np.testing.assert_allclose(log_evidence(_root(filt), prior=prior), ref_p, atol=1e-8)
-    # eager == jit
+
+
+@pytest.mark.slow
+def test_filter_eager_equals_jit(getkey):
+    kern, y = _lg(getkey()), _y(getkey())
+    filt = _filter_disc(kern, y, C, R)
     eager = backward_filter(TOPO, y, kern, C=C, R=R)
     np.testing.assert_allclose(eager.node.H, filt.node.H, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(eager.edge.c, filt.edge.c, rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_filter_gradient_in_observations(getkey):
     kern, y = _lg(getkey()), _y(getkey())
     f = jax.jit(lambda yy: log_evidence(_root(_filter_disc(kern, yy, C, R)), x_root=X0))
@@ -145,13 +166,15 @@ def test_sde_filter_ode_vs_closed_form_vs_discrete(getkey):
     np.testing.assert_allclose(log_evidence(_root(ode), x_root=X0), le, rtol=1e-7)
 
 
+@pytest.mark.slow
 def test_brownian_edge_closed_form():
     """1-D Brownian edge, leaf variance R: H(t) = 1/(tau - t + R), closed-form c."""
     topo = TreeTopology.from_parents(np.array([-1, 0]), np.array([0.0, 0.7]))
     y, Rm = jnp.array([[0.8]]), jnp.array([[0.2]])
     one = jnp.ones((2, 1, 1))
     px = LinearSDEs(0 * one, jnp.zeros((2, 1)), one, one)
-    filt = backward_filter(topo, y, px, R=Rm, method="ode", num_steps=4, rtol=1e-10, atol=1e-12)
+    filt = eqx.filter_jit(backward_filter)(topo, y, px, R=Rm, method="ode", num_steps=4,
+                                          rtol=1e-10, atol=1e-12)
     t = 0.7 * (1 - (1 - jnp.arange(5) / 4) ** 2)
     Hs = 1 / (0.7 - t + 0.2)
     np.testing.assert_allclose(filt.H_t[1, :, 0, 0], Hs, rtol=1e-8)
@@ -176,13 +199,13 @@ def test_filter_bad_input(getkey):
         z = jnp.zeros((N, D, D))
         backward_filter(TOPO, y, LinearSDEs(z, jnp.zeros((N, D)), z, z), C=C, R=R, method="x")
     with pytest.raises(Exception, match="`R` must be symmetric positive semi-definite"):
-        backward_filter(TOPO, y, kern, C=C, R=-R)
+        _filter_disc(kern, y, C, -R)
     with pytest.raises(Exception, match="`proxy.Q` must be symmetric positive semi-definite"):
-        backward_filter(TOPO, y, kern._replace(Q=-kern.Q), C=C, R=R)
+        _filter_disc(kern._replace(Q=-kern.Q), y, C, R)
     with pytest.raises(Exception, match="`R` must be symmetric positive definite"):
         leaf_message(jnp.ones(1), jnp.ones((1, 2)), jnp.zeros((1, 1)))
     with pytest.raises(Exception, match="driftless proxy"):
         a = jnp.broadcast_to(jnp.eye(D), (N, D, D))
-        _filter_sde(LinearSDEs(a, jnp.zeros((N, D)), a, a), y, "closed")
+        _filter_sde_jit(LinearSDEs(a, jnp.zeros((N, D)), a, a), y, "closed")
     with pytest.raises(ValueError, match="exactly one of"):
         log_evidence(_root(_filter_disc(kern, y, C, R)))

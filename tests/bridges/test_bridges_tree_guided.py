@@ -1,3 +1,5 @@
+import functools as ft
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -10,6 +12,7 @@ from jaxgen.bridges import (
     GuidedTree,
     LinearKernels,
     LinearSDEs,
+    ResidualFlow,
     TreeKernel,
     TreeSDE,
     TreeTopology,
@@ -40,13 +43,17 @@ def _cov(x, tau):
     return QM
 
 
+_filter = eqx.filter_jit(backward_filter)
+
+
+@ft.cache
 def _disc_tree():
     kern = LinearKernels(
         jnp.broadcast_to(PHI, (N, 2, 2)),
         jnp.broadcast_to(BETA, (N, 2)),
         jnp.broadcast_to(QM, (N, 2, 2)),
     )
-    filt = backward_filter(TOPO, Y, kern, C=C, R=R)
+    filt = _filter(TOPO, Y, kern, C=C, R=R)
     model = TreeKernel(_mean, _cov)
     return GuidedTree(topo=TOPO, model=model, filt=filt, proxy=kern, x_root=X0), kern
 
@@ -72,6 +79,59 @@ def test_discrete_lg_guided_posterior_equals_dense_smoother():
     assert float(jnp.max(rel)) <= 0.05
 
 
+def _random_flow(key, dim=2):
+    flow = ResidualFlow(dim, 2, 8, 1, key=key)
+    ks = jr.split(key, len(flow.nets))
+
+    def perturb(net, k):
+        w = net.layers[-1].weight
+        return eqx.tree_at(lambda m: m.layers[-1].weight, net, 0.3 * jr.normal(k, w.shape))
+
+    return eqx.tree_at(lambda f: f.nets, flow, tuple(perturb(n, k) for n, k in zip(flow.nets, ks)))
+
+
+_guided_disc = eqx.filter_jit(guided_sample)
+_path_disc = eqx.filter_jit(path_loss)
+
+
+def test_residual_flow_identity_at_init_and_path_loss_telescopes():
+    gt, _ = _disc_tree()
+    key = jr.key(3)
+    plain = _guided_disc(key, gt, None)
+    zero = _guided_disc(key, gt, ResidualFlow(2, 2, 8, 1, key=jr.key(0)))
+    np.testing.assert_array_equal(plain.states, zero.states)  # theta = 0 is BFFG, same keys
+    # exact proxy: every l_v = 0 (up to the 1e-9 relative jitter in the Cholesky of P°)
+    np.testing.assert_allclose(zero.edge_loss, 0.0, atol=1e-8)
+    flow = _random_flow(jr.key(4))
+    full = _guided_disc(key, gt, flow)
+    assert float(jnp.max(jnp.abs(full.edge_loss))) > 1e-3  # a non-identity flow is penalised
+    # Every leaf once, same key: the weights N_L / n_L(v) make the mean exactly the tree sum.
+    every = _path_disc(key, gt, jnp.arange(TOPO.num_leaves), flow)
+    np.testing.assert_allclose(every, jnp.sum(full.train_loss), rtol=1e-10)
+    # the flow's log-determinant against autodiff of the map
+    xi, ctx = jnp.array([0.3, -0.8]), jnp.linspace(-1.0, 1.0, 7)  # (x_pa, m, log diag P, tau)
+    _, logdet = flow(xi, ctx)
+    J = jax.jacrev(lambda z: flow(z, ctx)[0])(xi)
+    np.testing.assert_allclose(logdet, jnp.linalg.slogdet(J)[1], rtol=1e-10)
+    # vmap == loop
+    keys = jr.split(key, 2)
+    batched = jax.vmap(lambda k: _guided_disc(k, gt, flow))(keys)
+    for i in range(2):
+        np.testing.assert_allclose(batched.states[i], _guided_disc(keys[i], gt, flow).states,
+                                   rtol=1e-12)
+
+
+@pytest.mark.slow
+def test_fit_discrete_flow_is_exact_fixed_point():
+    # With an exact proxy the posterior is the guided kernel (identity flow, KL = 0): from a
+    # perturbed flow, training must bring the loss (= KL up to a constant 0) down.
+    gt, _ = _disc_tree()
+    res = fit_nbffg(jr.key(1), gt, _random_flow(jr.key(4)), num_steps=60, mode="path",
+                    batch_size=2, progress=False)
+    assert res.losses.shape == (60,) and np.all(np.isfinite(res.losses))
+    assert float(np.mean(res.losses[-10:])) < float(np.mean(res.losses[:10]))
+
+
 SIG = 0.6
 
 
@@ -92,14 +152,16 @@ R1 = jnp.array([[0.01]])
 K = 8
 
 
+@ft.cache
 def _sde_tree(drift):
     a = jnp.full((N, 1, 1), SIG**2)
     px = LinearSDEs(jnp.zeros((N, 1, 1)), jnp.zeros((N, 1)), a, a)
-    filt = backward_filter(TOPO, Y1, px, R=R1, num_steps=K)
+    filt = _filter(TOPO, Y1, px, R=R1, num_steps=K)
     return GuidedTree(topo=TOPO, model=TreeSDE(drift, _sde_sigma), filt=filt, proxy=px,
                       x_root=jnp.zeros(1))
 
 
+@pytest.mark.slow
 def test_sde_lg_exact_proxy_has_equal_weights_and_exact_evidence():
     gt = _sde_tree(_sde_drift_lin)
     out = _is(jr.key(2), gt, 400)
@@ -107,7 +169,8 @@ def test_sde_lg_exact_proxy_has_equal_weights_and_exact_evidence():
     np.testing.assert_allclose(out.ess, 400, rtol=1e-10)
     kern = LinearKernels(jnp.ones((N, 1, 1)), jnp.zeros((N, 1)),
                          SIG**2 * jnp.asarray(TOPO.branch_length)[:, None, None])
-    means, covs, logev = dense_tree_smoother(TOPO, kern, Y1, R=R1, x_root=jnp.zeros(1))
+    means, covs, logev = eqx.filter_jit(dense_tree_smoother)(TOPO, kern, Y1, R=R1,
+                                                            x_root=jnp.zeros(1))
     np.testing.assert_allclose(out.log_evidence, logev, atol=1e-10)
     se = jnp.sqrt(covs[:, 0, 0] / 400)[1:]
     err = jnp.abs(out.posterior_mean[1:, 0] - means[1:, 0])
@@ -124,6 +187,15 @@ _guided = eqx.filter_jit(guided_sample)
 _path = eqx.filter_jit(path_loss)
 
 
+def test_control_net_starts_at_zero():
+    ctrl = ControlNet(2, 3, 8, 1, key=jr.key(0))
+    args = (jnp.asarray(0.3), jnp.asarray(0.2), jnp.array([0.1, -0.4]), jnp.array([1.0, 2.0]))
+    np.testing.assert_array_equal(ctrl(*args), jnp.zeros(3))
+    out = _random_control(jr.key(1))(jnp.asarray(0.3), jnp.asarray(0.2), jnp.ones(1), jnp.ones(1))
+    assert out.shape == (1,) and float(jnp.abs(out[0])) > 0
+
+
+@pytest.mark.slow
 def test_zero_control_is_bffg_and_path_loss_telescopes():
     gt = _sde_tree(_sde_drift_dw)
     key = jr.key(3)
@@ -186,8 +258,14 @@ def test_guided_bad_input():
                    x_root=X0)
     with pytest.raises(ValueError, match="`x_root` must have shape"):
         GuidedTree(topo=TOPO, model=gt.model, filt=gt.filt, proxy=kern, x_root=jnp.zeros(3))
-    with pytest.raises(TypeError, match="needs SDE edges"):
+    with pytest.raises(TypeError, match="`control` must be a ResidualFlow"):
         fit_nbffg(jr.key(0), gt, ControlNet(2, 2, 8, 1, key=jr.key(0)), num_steps=1)
+    with pytest.raises(TypeError, match="`control` must be a ControlNet"):
+        guided_sample(jr.key(0), sgt, ResidualFlow(1, key=jr.key(0)))
+    with pytest.raises(ValueError, match="`control` acts in dim 3"):
+        guided_sample(jr.key(0), gt, ResidualFlow(3, key=jr.key(0)))
+    with pytest.raises(ValueError, match="`num_layers` must be"):
+        ResidualFlow(2, 0, key=jr.key(0))
     ctrl = ControlNet(1, 1, 8, 1, key=jr.key(0))
     with pytest.raises(ValueError, match="`mode`"):
         fit_nbffg(jr.key(0), sgt, ctrl, num_steps=1, mode="tree")
