@@ -2,7 +2,8 @@
 
 Time runs backwards on the grid ``t_k = 1 - eps - k h``, ``h = (1 - 2 eps)/K``, ``k = 0..K-1``;
 the network is evaluated once per step at ``(z, t_k)`` and positions move in parallel
-(`lax.scan` over steps, one key per step). The chain starts from the prior ``q_1``.
+(a `lax.fori_loop` over steps whose count may be traced, so one compiled sampler serves
+every K; one key per step). The chain starts from the prior ``q_1``.
 
 References:
     Neural CTMC: Li et al., arXiv 2604.15694; tau-leaping for discrete diffusion: Campbell et al.,
@@ -122,11 +123,17 @@ def sample_rates(key: PRNGKeyArray, rate_fn: RateFn, schedule: InterpolatingSche
     if not 0.0 <= t_eps < 0.5:
         raise ValueError(f"`t_eps` must lie in [0, 0.5), got {t_eps}.")
     max_events = 4 * length if max_events is None else max_events
+    return _sample_rates(key, rate_fn, schedule, num, length, jnp.asarray(steps), method, t_eps,
+                         max_events)
+
+
+def _sample_rates(key, rate_fn, schedule, num, length, steps, method, t_eps, max_events):
+    # ``steps`` may be traced: one compiled sampler serves every step count (a bounded
+    # fori_loop, i.e. a while_loop; sampling is never differentiated).
     dtype = jnp.result_type(float)
     k0, kscan, kfill = jr.split(key, 3)
     z0 = jr.categorical(k0, jnp.log(schedule.prior(dtype)), shape=(num, length)).astype(jnp.int32)
-    h = jnp.asarray((1 - 2 * t_eps) / steps, dtype)
-    ts = (1 - t_eps) - h * jnp.arange(steps, dtype=dtype)
+    h = (1 - 2 * t_eps) / steps.astype(dtype)
 
     def one_step(key, z, t):
         if method == "gillespie":
@@ -134,11 +141,12 @@ def sample_rates(key: PRNGKeyArray, rate_fn: RateFn, schedule: InterpolatingSche
         step = euler_jump_step if method == "euler" else tau_leap_step
         return step(key, z, *rate_fn(z, t), h)
 
-    def body(z, inputs):
-        k, t = inputs
-        return jax.vmap(one_step, in_axes=(0, 0, None))(jr.split(k, num), z, t), None
+    def body(i, z):
+        t = (1 - t_eps) - h * i.astype(dtype)
+        keys = jr.split(jr.fold_in(kscan, i), num)
+        return jax.vmap(one_step, in_axes=(0, 0, None))(keys, z, t)
 
-    z, _ = lax.scan(body, z0, (jr.split(kscan, steps), ts))
+    z = lax.fori_loop(0, steps, body, z0)
     t_last = jnp.asarray(t_eps, dtype)
     return jax.vmap(_final_fill, in_axes=(0, 0, None, None, None))(
         jr.split(kfill, num), z, rate_fn, t_last, schedule)
@@ -149,7 +157,7 @@ def _sample_model(model, schedule, key, num, length, steps, method, parameteriza
     def rate_fn(z, t):
         return model_rates(model, schedule, z, t, parameterization)
 
-    return sample_rates(key, rate_fn, schedule, num, length, steps, method, t_eps)
+    return _sample_rates(key, rate_fn, schedule, num, length, steps, method, t_eps, 4 * length)
 
 
 def sample(model: DiffusionTransformer, schedule: InterpolatingSchedule, key: PRNGKeyArray,
@@ -170,5 +178,5 @@ def sample(model: DiffusionTransformer, schedule: InterpolatingSchedule, key: PR
             raise ValueError(f"`{name}` must be an int >= 1, got {val!r}.")
     if method not in METHODS:
         raise ValueError(f"`method` must be one of {list(METHODS)}, got {method!r}.")
-    return _sample_model(model, schedule, key, num, length, steps, method, parameterization,
-                         t_eps)
+    return _sample_model(model, schedule, key, num, length, jnp.asarray(steps), method,
+                         parameterization, t_eps)
