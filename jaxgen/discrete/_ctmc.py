@@ -89,7 +89,10 @@ def conditional_targets(schedule: InterpolatingSchedule, x: Int[ArrayLike, " L"]
 
 def poisson_kl(rate: Float[ArrayLike, "*shape"], log_rate_model: Float[ArrayLike, "*shape"]
                ) -> Float[Array, "*shape"]:
-    """KL rate between Poisson clocks: ``rate (log rate - log_rate_model) - rate + exp(log_rate_model)``.
+    """KL rate between Poisson clocks, elementwise.
+
+        rate (log rate - log_rate_model) - rate + exp(log_rate_model)
+
 
     Elementwise, ``>= 0`` and zero iff the rates agree. ``rate = 0`` contributes
     ``exp(log_rate_model)`` (``0 log 0 = 0``); ``log_rate_model = -inf`` with ``rate > 0`` is
@@ -110,8 +113,8 @@ def poisson_kl(rate: Float[ArrayLike, "*shape"], log_rate_model: Float[ArrayLike
     return cross - rate + jnp.exp(log_model)
 
 
-def categorical_kl(probs: Float[ArrayLike, "*shape S"], log_probs_model: Float[ArrayLike, "*shape S"]
-                   ) -> Float[Array, "*shape"]:
+def categorical_kl(probs: Float[ArrayLike, "*shape S"],
+                   log_probs_model: Float[ArrayLike, "*shape S"]) -> Float[Array, "*shape"]:
     """``KL(p || q) = sum_y p_y (log p_y - log q_y)`` over the last axis (``0 log 0 = 0``)."""
     p, logq = jnp.asarray(probs), jnp.asarray(log_probs_model)
     safe = jnp.where(p > 0, logq, 0.0)

@@ -49,7 +49,7 @@ def _check(model: DiffusionTransformer, schedule: InterpolatingSchedule, x: Arra
 
 def stratified_times(key: PRNGKeyArray, num: int, t_eps: float = T_EPS, dtype=None
                      ) -> Float[Array, " T"]:
-    """``t_b = eps + (1 - 2 eps)((b + u)/num mod 1)``, ``u ~ U(0, 1)``: one draw covers [eps, 1-eps]."""
+    """Low-discrepancy times ``t_b = eps + (1 - 2 eps)((b + u)/num mod 1)``, ``u ~ U(0, 1)``."""
     dtype = jnp.result_type(float) if dtype is None else dtype
     u = jr.uniform(key, (), dtype)
     return t_eps + (1 - 2 * t_eps) * jnp.mod((jnp.arange(num, dtype=dtype) + u) / num, 1.0)

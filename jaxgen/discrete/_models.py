@@ -112,7 +112,8 @@ def model_rates(model: DiffusionTransformer, schedule: InterpolatingSchedule,
                                                   mask=schedule.kind == "masked"), axis=-1)
         return log_lam, log_pi
     if parameterization == "x0":
-        log_x0 = jax.nn.log_softmax(_exclude(logits, z, schedule, current=False, mask=True), axis=-1)
+        log_x0 = jax.nn.log_softmax(_exclude(logits, z, schedule, current=False, mask=True),
+                                    axis=-1)
         return rates_from_x0(schedule, z, log_x0, t)
     return rates_from_score(schedule, z, logits, t)
 
@@ -121,4 +122,5 @@ def model_log_x0(model: DiffusionTransformer, schedule: InterpolatingSchedule,
                  z: Int[ArrayLike, " L"], t: Float[ArrayLike, ""]) -> Float[Array, "L S"]:
     """Clean-token log-probabilities of an ``"x0"`` model (mask entry ``~NEG``)."""
     _, logits = model(check_tokens(z, schedule.vocab_size, "z"), check_time(t))
-    return jax.nn.log_softmax(_exclude(logits, jnp.asarray(z), schedule, current=False, mask=True), axis=-1)
+    logits = _exclude(logits, jnp.asarray(z), schedule, current=False, mask=True)
+    return jax.nn.log_softmax(logits, axis=-1)

@@ -4,8 +4,8 @@ One position is corrupted independently of the others by
 
     q_t(z | x) = alpha_t 1[z = x] + m_t(z),     sum_z m_t(z) = 1 - alpha_t,
 
-with ``alpha_0 = 1``, ``alpha_1 = 0``. Writing ``sigma_t = -alpha_t' / alpha_t`` and the *rate into z*
-``rho_t(z) = m_t'(z) + sigma_t m_t(z)``, the forward generator jumps from any state ``a`` to
+with ``alpha_0 = 1``, ``alpha_1 = 0``. Writing ``sigma_t = -alpha_t' / alpha_t`` and the *rate
+into z* ``rho_t(z) = m_t'(z) + sigma_t m_t(z)``, the forward generator jumps from any state ``a`` to
 ``z != a`` at rate ``rho_t(z)`` (then ``d/dt q_t = rho_t - sigma_t q_t``).
 """
 
@@ -118,7 +118,7 @@ class InterpolatingSchedule(eqx.Module):
 
     def rates(self, t: Float[ArrayLike, ""]) -> tuple[Float[Array, ""], Float[Array, " S"],
                                                       Float[Array, ""], Float[Array, " S"]]:
-        """``(alpha_t, m_t, sigma_t, rho_t)`` with ``sigma = -alpha'/alpha``, ``rho = m' + sigma m``.
+        """``(alpha_t, m_t, sigma_t, rho_t)``: ``sigma = -alpha'/alpha``, ``rho = m' + sigma m``.
 
         Derivatives by ``jax.jvp``; ``t`` must lie in ``[0, 1)`` (``sigma_1`` is infinite).
         """

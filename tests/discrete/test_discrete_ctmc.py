@@ -133,7 +133,8 @@ def test_c3_gradient_equivalence(kind, getkey):
     g1, g2 = jax.jit(jax.grad(conditional_loss))(theta), jax.jit(jax.grad(marginal_loss))(theta)
     for a, b in zip(g1, g2):
         np.testing.assert_allclose(a, b, atol=1e-8)
-    assert jax.jit(conditional_loss)(theta) >= jax.jit(marginal_loss)(theta) - 1e-10  # Jensen: constant gap >= 0
+    # Jensen: the constant gap between the two objectives is >= 0
+    assert jax.jit(conditional_loss)(theta) >= jax.jit(marginal_loss)(theta) - 1e-10
 
 
 def _c4_values(s, key):
