@@ -93,8 +93,7 @@ def poisson_kl(rate: Float[ArrayLike, "*shape"], log_rate_model: Float[ArrayLike
 
         rate (log rate - log_rate_model) - rate + exp(log_rate_model)
 
-
-    Elementwise, ``>= 0`` and zero iff the rates agree. ``rate = 0`` contributes
+    It is ``>= 0`` and zero iff the rates agree. ``rate = 0`` contributes
     ``exp(log_rate_model)`` (``0 log 0 = 0``); ``log_rate_model = -inf`` with ``rate > 0`` is
     ``+inf``. Negative or non-finite ``rate`` and NaN/``+inf`` ``log_rate_model`` raise at run time.
     """
