@@ -22,8 +22,7 @@ def getkey():
 # Families whose fast suites have not yet been timed within budget on an idle 2-core machine
 # (they were written on a heavily loaded one): their tests run with `-m slow` until trimmed.
 # `JAXGEN_TIMED_FAMILIES=pde,nn pytest ...` runs those families' fast selection as CI will.
-UNTIMED_FAMILIES = {"bridges", "confseq", "graphs", "nn", "pde", "transformers", "transport",
-                    "dictionary"} - set(os.environ.get("JAXGEN_TIMED_FAMILIES", "").split(","))
+UNTIMED_FAMILIES = {"bridges", "dictionary", "discrete", "pde"} - set(os.environ.get("JAXGEN_TIMED_FAMILIES", "").split(","))
 
 
 def pytest_collection_modifyitems(config, items):

@@ -10,8 +10,10 @@ nbclient = pytest.importorskip("nbclient")
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").rglob("*.ipynb"))
-# Notebooks cheap enough for the default suite (each well under a minute on 2 CPU cores).
-FAST = {"flows/010_straight_line_flows.ipynb"}
+# Notebooks run by default (each under a minute on 2 CPU cores); the others with -m slow.
+FAST = {"flows/010_straight_line_flows.ipynb", "entropy/010_entropy_rate_filtering.ipynb",
+        "transformers/010_continued_fraction_lm.ipynb", "confseq/010_multivariate_cs.ipynb",
+        "graphs/010_graphon_estimation.ipynb"}
 
 
 def _param(path: pathlib.Path):
