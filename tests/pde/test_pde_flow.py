@@ -87,7 +87,7 @@ def test_neural_galerkin_recovers_exact_ou_density(ou_ng):
 def test_surrogate_path_loglik_tracks_exact(ou_ng, getkey):
     flow, path = ou_ng
     trained = flow_at(flow, path)
-    xs = jnp.concatenate([OU_X0[None], OU_X0 + 0.3 * jr.normal(getkey(), (20, 1))])
+    xs = jnp.concatenate([OU_X0[None], OU_X0[None] + 0.3 * jr.normal(getkey(), (20, 1))])
     # Every transition starts at x0 in this unconditioned test: evaluate pairs (x0, x_k).
     pairs = jnp.stack([jnp.broadcast_to(OU_X0, (20, 1)), xs[1:]], axis=1)
     exact = jax.vmap(lambda p: exact_path_loglik(OU, p, OU_LAM, DELTA))(pairs)
