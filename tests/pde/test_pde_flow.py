@@ -63,7 +63,7 @@ def _kl(flow, t, x0, lam, model, grid):
 def test_identity_init_is_reference_and_normalised(getkey):
     cir = CoxIngersollRoss()
     _, lo, hi = cir_condition_sampler()
-    flow = TransitionFlow(cir, lo, hi, num_units=3, width=8, key=getkey())
+    flow = TransitionFlow(cir, lo, hi, num_units=2, width=4, depth=1, key=getkey())
     x0, lam = jnp.array([0.05]), jnp.array([2.0, 0.06, 0.2])
     t, x = 0.1, jnp.array([0.04])
     # Reference: y = log x Gaussian with frozen Itô coefficients, plus log|d log x / dx|.
@@ -129,7 +129,8 @@ def test_flow_bad_inputs(getkey):
         TransitionFlow(OU, jnp.ones(4), jnp.zeros(4), key=getkey())
     with pytest.raises(ValueError, match="`nu` must stay >= 1"):
         cir_condition_sampler(nu=(0.5, 2.0))
-    flow = TransitionFlow(OU, -jnp.ones(4), jnp.ones(4), time_range=(0.01, 1.0), key=getkey())
+    flow = TransitionFlow(OU, -jnp.ones(4), jnp.ones(4), num_units=2, width=4, depth=1,
+                          time_range=(0.01, 1.0), key=getkey())
     with pytest.raises(ValueError, match="must not take time features"):
         integrate_ng(flow, _ou_condition, 1.0, key=getkey())
 
