@@ -19,8 +19,8 @@ PAPER = ("Saporiti and Nobile, Neural Galerkin Normalizing Flows for Bayesian In
          "Diffusions with Inaccessible Boundaries, arXiv 2606.04324 (2026)")
 CONFIGS = {
     "quick": {"width": 8, "units": 4, "colloc": 512, "ng_steps": 32, "solver": "Bosh3",
-              "eps_rel": 1e-4, "n_obs": 1000, "warmup": 200, "samples": 300, "chains": 2,
-              "held_out": 64, "ou": False, "real_data": ("exact",)},
+              "eps_rel": 1e-4, "n_obs": 1000, "warmup": 100, "samples": 150, "chains": 2,
+              "held_out": 32, "ou": False, "real_data": ("exact",)},
     "full": {"width": 32, "units": 8, "colloc": 4096, "ng_steps": 120, "solver": "Bosh3",
              "eps_rel": 1e-4, "n_obs": 1000, "warmup": 1000, "samples": 2000, "chains": 4,
              "held_out": 256, "ou": True, "real_data": ("exact", "euler")},
@@ -97,7 +97,7 @@ def _run(config, key, rec):
     rec.metric("cir_ng_train_s_incl_compile", time.perf_counter() - t0)
     rec.metric("num_params", int(path.thetas.shape[1]))
     trained = pde.flow_at(flow, path)
-    grid = jnp.exp(jnp.linspace(math.log(1e-5), math.log(1.5), 4000))
+    grid = jnp.exp(jnp.linspace(math.log(1e-5), math.log(1.5), 2000))
     kl, kl_ref, l1 = _kl_table(pde, flow, trained, cir, sample, DELTA,
                                jr.split(k_eval, cfg["held_out"]), grid)
     n_ho = cfg["held_out"]
