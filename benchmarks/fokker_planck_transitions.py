@@ -19,8 +19,8 @@ PAPER = ("Saporiti and Nobile, Neural Galerkin Normalizing Flows for Bayesian In
          "Diffusions with Inaccessible Boundaries, arXiv 2606.04324 (2026)")
 CONFIGS = {
     "quick": {"width": 8, "units": 4, "colloc": 512, "ng_steps": 32, "solver": "Bosh3",
-              "eps_rel": 1e-4, "n_obs": 1000, "warmup": 100, "samples": 150, "chains": 2,
-              "held_out": 32, "ou": False, "real_data": ("exact",)},
+              "eps_rel": 1e-4, "n_obs": 250, "warmup": 100, "samples": 150, "chains": 2,
+              "held_out": 32, "ou": False, "real_data": ()},
     "full": {"width": 32, "units": 8, "colloc": 4096, "ng_steps": 120, "solver": "Bosh3",
              "eps_rel": 1e-4, "n_obs": 1000, "warmup": 1000, "samples": 2000, "chains": 4,
              "held_out": 256, "ou": True, "real_data": ("exact", "euler")},
