@@ -162,7 +162,7 @@ def _run(config, key, rec):
     for i, (name, lik) in enumerate(liks.items()):
         lp = make_logpost(lik)
         draws_u, stats[name] = _posterior(pde, lp, init, jr.fold_in(k_nuts, i), cfg, rec)
-        draws = np.asarray(jax.vmap(lambda u: pde.box_transform(u, plo, phi)[0])(draws_u))
+        draws = np.array(jax.vmap(lambda u: pde.box_transform(u, plo, phi)[0])(draws_u))
         draws[:, 1] = np.exp(draws[:, 1])
         post[name] = draws
         rec.metric(f"posterior_{name}", {"mean": draws.mean(0).tolist(),
