@@ -50,7 +50,7 @@ class AbstractDiffusionModel(eqx.Module):
             raise ValueError(f"`{name}` must have a trailing state axis of size {self.dim}, "
                              f"got shape {x.shape}.")
         if any(self.positive):
-            mask = jnp.asarray(self.positive)
+            mask = jnp.broadcast_to(jnp.asarray(self.positive), x.shape)  # batch axes too
             x = eqx.error_if(x, jnp.any(mask & ~(x > 0)),
                              f"`{name}` must be > 0 in the coordinates {self.positive} "
                              "(outside the state space, e.g. a negative rate).")

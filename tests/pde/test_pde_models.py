@@ -75,15 +75,20 @@ def test_exact_cir_sampler_moments(getkey):
     assert np.all(x1 > 0)
 
 
-def test_simulate_path_euler_cir_and_heston_moments(getkey):
+def test_simulate_path_euler_cir_moments(getkey):
     keys = jr.split(getkey(), 1000)
     paths = jax.jit(jax.vmap(lambda k: simulate_path(k, CIR, jnp.array([0.03]), LAM, 0.25, 2,
-                                                     substeps=20)))(keys)
+                                                     substeps=10)))(keys)
     x1 = np.asarray(paths[:, -1, 0])
     mean = 0.06 + (0.03 - 0.06) * np.exp(-1.0)
     assert paths.shape == (1000, 3, 1)
     assert np.all(x1 >= 0)
     assert abs(x1.mean() - mean) < 5 * x1.std() / np.sqrt(x1.size)
+
+
+@pytest.mark.slow
+def test_simulate_path_euler_heston_moments(getkey):
+    keys = jr.split(getkey(), 1000)
     hes, lam_h = Heston(), jnp.array([0.05, 2.0, 0.04, 0.3, -0.5])
     hp = jax.jit(jax.vmap(lambda k: simulate_path(k, hes, jnp.array([0.0, 0.06]), lam_h, 0.5, 1,
                                                   substeps=40)))(keys)
