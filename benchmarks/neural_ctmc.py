@@ -343,4 +343,3 @@ def _text_row(rec, cfg, key) -> None:
              f"({data_ent:.2f} nats) before reading gen PPL.")
     rec.note("throughput: train_steps_per_s times loss+grad of one batch (no optimizer update); "
              "sampling tokens/s at K=32, compiled.")
-    del math
