@@ -10,7 +10,6 @@ causal transformer (`jaxgen.transformers`) trained on the same symbols (generati
 next to the samples' unigram entropy.
 """
 
-import math
 
 import equinox as eqx
 import jax
