@@ -213,7 +213,24 @@ def _init_icnn(key: PRNGKeyArray, in_size: int, widths: tuple[int, ...], dtype: 
 # --------------------------------------------------------------------------------------------
 
 
-class ReLUNet(eqx.Module):
+class _ScalarReLUNetwork(eqx.Module):
+    """What the three scalar ReLU networks share: static sizes and the depth convention."""
+
+    in_size: eqx.AbstractVar[int]
+    widths: eqx.AbstractVar[tuple[int, ...]]
+
+    @property
+    def n_hidden(self) -> int:
+        """Number of hidden layers L."""
+        return len(self.widths)
+
+    @property
+    def depth(self) -> int:
+        """Number of affine maps, ``n_hidden + 1``."""
+        return len(self.widths) + 1
+
+
+class ReLUNet(_ScalarReLUNetwork):
     r"""Unconstrained ReLU network $x \in \mathbb{R}^n \mapsto \mathbb{R}$ on one sample.
 
     $h_0 = x$, $h_l = \sigma(W_l h_{l-1} + b_l)$ for $l = 1..L$, $f(x) = w^\top h_L + c$.
@@ -249,16 +266,6 @@ class ReLUNet(eqx.Module):
             key, self.in_size, self.widths, dtype
         )
 
-    @property
-    def n_hidden(self) -> int:
-        """Number of hidden layers L."""
-        return len(self.widths)
-
-    @property
-    def depth(self) -> int:
-        """Number of affine maps, ``n_hidden + 1``."""
-        return len(self.widths) + 1
-
     def __call__(self, x: Float[Array, " dim"]) -> Float[Array, ""]:
         """Evaluate on one sample ``x`` of shape ``(in_size,)``; returns a scalar."""
         _check_input(x, self.in_size, type(self).__name__)
@@ -292,7 +299,7 @@ class ReLUNet(eqx.Module):
             "in_size", sizes[0], 1), widths=_check_widths(widths))
 
 
-class ReLUPlusNet(eqx.Module):
+class ReLUPlusNet(_ScalarReLUNetwork):
     r"""Monotone ReLU network (ReLU+): every weight matrix entrywise $\ge 0$, biases free.
 
     Same layers as `ReLUNet`, with effective weights $\operatorname{softplus}(r)$ (``mode=
@@ -333,16 +340,6 @@ class ReLUPlusNet(eqx.Module):
         self.weights_raw, self.biases, self.w_out_raw, self.c = _init_relu_plus(
             key, self.in_size, self.widths, dtype, mode
         )
-
-    @property
-    def n_hidden(self) -> int:
-        """Number of hidden layers L."""
-        return len(self.widths)
-
-    @property
-    def depth(self) -> int:
-        """Number of affine maps, ``n_hidden + 1``."""
-        return len(self.widths) + 1
 
     def effective_weights(self) -> tuple[tuple[Array, ...], Array]:
         """The non-negative weights actually used: ``(weights, w_out)``."""
@@ -396,7 +393,7 @@ class ReLUPlusNet(eqx.Module):
                            widths=_check_widths(widths), mode=mode)
 
 
-class ICNN(eqx.Module):
+class ICNN(_ScalarReLUNetwork):
     r"""Input-convex neural network with input skips (Amos et al. 2017), on one sample.
 
     $z_1 = \sigma(A_1 x + b_1)$, $z_l = \sigma(W_l z_{l-1} + A_l x + b_l)$ ($l = 2..L$),
@@ -448,16 +445,6 @@ class ICNN(eqx.Module):
         self.A, self.b, self.W_raw, self.w_raw, self.a, self.c = _init_icnn(
             key, self.in_size, self.widths, dtype, mode
         )
-
-    @property
-    def n_hidden(self) -> int:
-        """Number of hidden layers L."""
-        return len(self.widths)
-
-    @property
-    def depth(self) -> int:
-        """Number of affine maps, ``n_hidden + 1``."""
-        return len(self.widths) + 1
 
     def effective_weights(self) -> tuple[tuple[Array, ...], Array]:
         """The non-negative weights actually used: ``(W_2..W_L, w)``."""
