@@ -4,6 +4,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 PYTEST_ARGS ?=
+# Two pytest-xdist workers (the CI box has 2 cores); `make test PYTEST_PARALLEL=` runs serially.
+PYTEST_PARALLEL ?= -n 2
 
 .PHONY: test bench venv install-test install-bench peers debian-data report clean
 
@@ -45,7 +47,7 @@ debian-data:
 	else echo "WARNING: no apt-get; Debian corpora (bible-kjv, fortunes, dict-jargon) are skipped"; fi
 
 test: install-test
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 # A benchmark that cannot run is reported (and makes `make bench` exit non-zero), but never
 # stops the others or the report.

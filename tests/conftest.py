@@ -25,7 +25,24 @@ def getkey():
 UNTIMED_FAMILIES = {"bridges", "dictionary", "discrete", "pde"} - set(os.environ.get("JAXGEN_TIMED_FAMILIES", "").split(","))
 
 
+NOTEBOOK_TESTS = "tests/test_notebooks.py::"
+
+
+def pytest_xdist_make_scheduler(config, log):
+    # `make test` runs under pytest-xdist: one test module is one unit of work (its module-scoped
+    # fixtures and compiled functions are built once), and each notebook is a unit of its own.
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleOrNotebookScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            return nodeid if nodeid.startswith(NOTEBOOK_TESTS) else nodeid.split("::", 1)[0]
+
+    return ModuleOrNotebookScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
+    # The notebooks (the longest units) are scheduled first so the two workers finish together.
+    items.sort(key=lambda item: not item.nodeid.startswith(NOTEBOOK_TESTS))
     for item in items:
         parts = item.nodeid.split("/")
         if len(parts) > 2 and parts[0] == "tests" and parts[1] in UNTIMED_FAMILIES:
