@@ -20,6 +20,8 @@ def fast_jit(fun):
     @ft.wraps(fun)
     def wrapper(*args, **kwargs):
         dyn, static = eqx.partition((args, kwargs), eqx.is_array)
+        if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(dyn)):
+            return fun(*args, **kwargs)  # already inside a trace (compiler options: top level)
         leaves, treedef = jax.tree_util.tree_flatten(static)
         key = (treedef, tuple(leaves))
         if key not in cache:

@@ -186,21 +186,35 @@ def _brownian_case(px, y, Rm):
     return ode, closed
 
 
-def test_brownian_edge_ode_and_closed_form():
-    """1-D Brownian edge, leaf variance R: H(t) = 1/(tau - t + R), closed-form c; the backward
-    ODE (`core.solve_ode`) and the closed-form filter both reproduce it."""
-    y, Rm = jnp.array([[0.8]]), jnp.array([[0.2]])
-    one = jnp.ones((2, 1, 1))
-    ode, closed = _brownian_case(LinearSDEs(0 * one, jnp.zeros((2, 1)), one, one), y, Rm)
+@fast_jit
+def _brownian_closed(px, y, Rm):
+    return backward_filter(TOPO2, y, px, R=Rm, method="closed", num_steps=4)
+
+
+def _brownian_check(filters):
     t = 0.7 * (1 - (1 - jnp.arange(5) / 4) ** 2)
     Hs = 1 / (0.7 - t + 0.2)
     c0 = -0.5 * math.log(2 * math.pi * 0.9) - 0.64 / 0.9 / 2
-    for filt in (ode, closed):
+    for filt in filters:
         np.testing.assert_allclose(filt.H_t[1, :, 0, 0], Hs, rtol=1e-8)
         np.testing.assert_allclose(filt.F_t[1, :, 0], 0.8 * Hs, rtol=1e-8)
         np.testing.assert_allclose(filt.edge.c[1], c0, rtol=1e-8)
+
+
+Y2, R2, ONE2 = jnp.array([[0.8]]), jnp.array([[0.2]]), jnp.ones((2, 1, 1))
+
+
+def test_brownian_edge_closed_form():
+    """1-D Brownian edge, leaf variance R: H(t) = 1/(tau - t + R), closed-form c."""
+    _brownian_check([_brownian_closed(LinearSDEs(0 * ONE2, jnp.zeros((2, 1)), ONE2, ONE2), Y2, R2)])
     with pytest.raises(Exception, match="driftless proxy"):
-        _brownian_case(LinearSDEs(one, jnp.zeros((2, 1)), one, one), y, Rm)
+        _brownian_closed(LinearSDEs(ONE2, jnp.zeros((2, 1)), ONE2, ONE2), Y2, R2)
+
+
+@pytest.mark.slow
+def test_brownian_edge_ode_and_closed_form():
+    """The backward ODE (`core.solve_ode`) and the closed-form filter both reproduce it."""
+    _brownian_check(_brownian_case(LinearSDEs(0 * ONE2, jnp.zeros((2, 1)), ONE2, ONE2), Y2, R2))
 
 
 @fast_jit
