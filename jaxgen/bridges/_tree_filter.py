@@ -325,16 +325,12 @@ def backward_filter(
         _check_rows("proxy.Phi", proxy.Phi, topo, (d, d))
         _check_rows("proxy.beta", proxy.beta, topo, (d,))
         _check_rows("proxy.Q", proxy.Q, topo, (d, d))
-        proxy = proxy._replace(Q=_check_psd("proxy.Q", proxy.Q))
     elif isinstance(proxy, LinearSDEs):
         sde = True
         d = proxy.B.shape[-1]
         for name in ("B", "a0", "a1"):
             _check_rows(f"proxy.{name}", getattr(proxy, name), topo, (d, d))
         _check_rows("proxy.beta", proxy.beta, topo, (d,))
-        proxy = proxy._replace(
-            a0=_check_psd("proxy.a0", proxy.a0), a1=_check_psd("proxy.a1", proxy.a1)
-        )
         if method not in ("closed", "ode"):
             raise ValueError(f"`method` must be 'closed' or 'ode', got {method!r}.")
         if not isinstance(num_steps, int) or num_steps < 1:
@@ -356,7 +352,14 @@ def backward_filter(
     R = jnp.asarray(R)
     if R.shape != (m, m):
         raise ValueError(f"`R` must have shape ({m}, {m}), got {R.shape}.")
+    # Value checks (eqx.error_if) after every shape check, so shape errors cost no compute.
     R = _check_psd("R", R)
+    if sde:
+        proxy = proxy._replace(
+            a0=_check_psd("proxy.a0", proxy.a0), a1=_check_psd("proxy.a1", proxy.a1)
+        )
+    else:
+        proxy = proxy._replace(Q=_check_psd("proxy.Q", proxy.Q))
 
     n = topo.num_nodes
     leaf = jax.vmap(leaf_message, in_axes=(0, None, None))(y, C, R)

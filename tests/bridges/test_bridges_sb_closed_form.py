@@ -26,6 +26,8 @@ from jaxgen.bridges import (
 )
 from jaxgen.core import solve_sde
 
+from ._fastjit import fast_jit
+
 MU1, S1 = jnp.array([1.2]), jnp.array([[0.16]])  # 1-D target N(1.2, 0.4^2)
 GH80 = gauss_hermite(1, 80)
 
@@ -54,25 +56,37 @@ def test_eot_cross_cov_matches_sinkhorn_grid():
     np.testing.assert_allclose(closed[0, 0], oracle, atol=1e-4)
 
 
-def test_eot_factorisation_and_psd(getkey):
+@fast_jit
+def _eot_case(key):
     d, eps = 3, 0.8
-    ma, mb = jr.normal(getkey(), (d, d)), jr.normal(getkey(), (d, d))
+    ka, kb = jr.split(key)
+    ma, mb = jr.normal(ka, (d, d)), jr.normal(kb, (d, d))
     A, B = ma @ ma.T + 0.5 * jnp.eye(d), mb @ mb.T + 0.5 * jnp.eye(d)
     C = gaussian_eot_cross_cov(A, B, eps)
     K = B - C.T @ jnp.linalg.solve(A, C)  # Var(Y | X)
-    np.testing.assert_allclose(eps * C.T, K @ A, atol=1e-10)
     joint = jnp.block([[A, C], [C.T, B]])
-    assert float(jnp.linalg.eigvalsh(joint).min()) > 0
+    return eps * C.T, K @ A, jnp.linalg.eigvalsh(joint).min()
 
 
-def test_ou_transition_heat_of_exp_quadratic(getkey):
+def test_eot_factorisation_and_psd(getkey):
+    lhs, rhs, min_eig = _eot_case(getkey())
+    np.testing.assert_allclose(lhs, rhs, atol=1e-10)
+    assert float(min_eig) > 0
+
+
+@fast_jit
+def _heat_case(x):
     ref = OUReference(2, b=0.7, m=jnp.array([0.3, -0.2]), Sigma=jnp.array([[1.5, 0.3], [0.3, 0.8]]))
     psi = QuadraticLogPotential(jnp.array([[0.9, -0.2], [-0.2, 0.4]]), jnp.array([0.5, -1.0]))
     gh = gauss_hermite(2, 30)
-    x = jnp.array([0.4, 1.1])
-    closed, quad = jax.jit(lambda x: (psi.log_heat(ref, x, 0.6), log_h(psi, ref, x, 0.4, 1.0, gh)))(x)
+    return (psi.log_heat(ref, x, 0.6), log_h(psi, ref, x, 0.4, 1.0, gh), psi.log_heat(ref, x, 0.0),
+            psi(x))
+
+
+def test_ou_transition_heat_of_exp_quadratic():
+    closed, quad, at_zero, direct = _heat_case(jnp.array([0.4, 1.1]))
     np.testing.assert_allclose(quad, closed, rtol=1e-10)
-    np.testing.assert_allclose(psi.log_heat(ref, x, 0.0), psi(x), rtol=1e-12)
+    np.testing.assert_allclose(at_zero, direct, rtol=1e-12)
 
 
 @pytest.mark.slow
@@ -99,14 +113,23 @@ def test_ou_transition_simulated(getkey):
     assert jnp.all(jnp.abs(emp - cov) < 5 * se_cov + 0.01)
 
 
-def test_closed_form_potential_reproduces_target_1d():
+@fast_jit
+def _closed_1d_case(ys):
     ref, T = OUReference(1), 0.5
     psi = gaussian_sb_potential_ou(MU1, S1, ref, T)
+    logp = jax.vmap(lambda y: log_terminal_density(psi, ref, y, T, outer=GH80, inner=GH80))(ys)
+    drift = doob_drift(psi, ref, T, GH80)
+    x = jnp.array([0.3])
+    jitted = eqx.filter_jit(lambda d: d(0.1, x, None))(drift)  # the drift module under jit
+    return psi, logp, jitted, drift(0.1, x, None)
+
+
+def test_closed_form_potential_reproduces_target_1d():
+    ys = jnp.linspace(0.0, 2.4, 9)[:, None]
+    psi, logp, _, _ = _closed_1d_case(ys)
     np.testing.assert_allclose(psi.Lambda[0, 0], 5.482545, atol=2e-6)
     np.testing.assert_allclose(psi.eta[0], 8.477427, atol=2e-6)
-    ys = jnp.linspace(0.0, 2.4, 9)[:, None]
-    f = jax.jit(jax.vmap(lambda y: log_terminal_density(psi, ref, y, T, outer=GH80, inner=GH80)))
-    ratio = jnp.exp(f(ys) - jax.scipy.stats.norm.logpdf(ys[:, 0], 1.2, 0.4))
+    ratio = jnp.exp(logp - jax.scipy.stats.norm.logpdf(ys[:, 0], 1.2, 0.4))
     np.testing.assert_allclose(ratio, 1.0, atol=1e-5)
 
 
@@ -132,45 +155,63 @@ def test_closed_form_potential_reproduces_target_2d():
     np.testing.assert_allclose(c_T, S, atol=1e-12)
 
 
-def test_large_horizon_limit():
+@fast_jit
+def _potentials_over_T(Ts):
     ref = OUReference(1)
+    return jax.vmap(lambda T: gaussian_sb_potential_ou(MU1, S1, ref, T))(Ts)
+
+
+def test_large_horizon_limit():
     lam_inf, eta_inf = 1 / 0.16 - 1.0, 1.2 / 0.16
-    for T in (0.5, 1.0, 2.0, 3.0):
-        psi = gaussian_sb_potential_ou(MU1, S1, ref, T)
+    Ts = jnp.array([0.5, 1.0, 2.0, 3.0])
+    psis = _potentials_over_T(Ts)
+    for i, T in enumerate(np.asarray(Ts)):
         bound = 2 * np.exp(-2 * T)
-        assert abs(float(psi.Lambda[0, 0]) - lam_inf) <= bound * lam_inf
-        assert abs(float(psi.eta[0]) - eta_inf) <= bound * eta_inf
-    np.testing.assert_allclose(gaussian_sb_potential_ou(MU1, S1, ref, 2.0).Lambda[0, 0], 5.2503,
-                               atol=1e-4)
+        assert abs(float(psis.Lambda[i, 0, 0]) - lam_inf) <= bound * lam_inf
+        assert abs(float(psis.eta[i, 0]) - eta_inf) <= bound * eta_inf
+    np.testing.assert_allclose(psis.Lambda[2, 0, 0], 5.2503, atol=1e-4)
 
 
-def test_doob_drift_quadratic_matches_analytic_gradient():
+@fast_jit
+def _doob_case(x):
     ref, T = OUReference(2, b=0.8, Sigma=1.5), 1.0
     psi = QuadraticLogPotential(jnp.array([[1.0, 0.3], [0.3, 0.6]]), jnp.array([0.7, -0.4]))
     gh = gauss_hermite(2, 40)
-    x, t = jnp.array([0.3, -0.8]), 0.35
+    t = 0.35
     tau = T - t
     C, F = ref.cov(tau), ref.decay(tau)
     g = psi.eta - psi.Lambda @ ref.mean(x, tau)
     grad = F * jnp.linalg.solve(jnp.eye(2) + psi.Lambda @ C, g)  # F (I + Lambda C)^{-1} g
     expected = ref.drift(x) + ref.Sigma @ grad
-    quad, closed = jax.jit(lambda x: (doob_drift(psi, ref, T, gh)(t, x, None),
-                                      doob_drift(psi, ref, T)(t, x, None)))(x)
+    return doob_drift(psi, ref, T, gh)(t, x, None), doob_drift(psi, ref, T)(t, x, None), expected
+
+
+def test_doob_drift_quadratic_matches_analytic_gradient():
+    quad, closed, expected = _doob_case(jnp.array([0.3, -0.8]))
     np.testing.assert_allclose(quad, expected, rtol=1e-8)
     np.testing.assert_allclose(closed, expected, rtol=1e-10)
 
 
-def test_simulated_bridge_endpoint_and_midpoint(getkey):
-    """Spec check 7 at 2000 paths (5 SE); the 2e4-path version is the slow twin."""
-    ref, T, n = OUReference(1), 0.5, 2000
+@fast_jit
+def _simulate_closed_form(key, n, steps):
+    ref, T = OUReference(1), 0.5
     psi = gaussian_sb_potential_ou(MU1, S1, ref, T)
-    x0 = jr.normal(getkey(), (n, 1))
-    xs = sample_bridge(getkey(), psi, ref, T, x0, num_steps=200, ts=jnp.array([T / 2, T]),
+    kx, ks = jr.split(key)
+    x0 = jr.normal(kx, (n, 1))
+    xs = sample_bridge(ks, psi, ref, T, x0, num_steps=steps, ts=jnp.array([T / 2, T]),
                        brownian="unsafe")
+    return xs, gaussian_sb_marginal(MU1, S1, ref, T, T / 2)
+
+
+@pytest.mark.slow  # ~8 CPU s (diffrax trace + compile); the drift itself is checked fast
+def test_simulated_bridge_endpoint_and_midpoint(getkey):
+    """Spec check 7 at 2000 paths and 50 Euler steps (5 SE); the 2e4-path, 200-step version is
+    the slow twin."""
+    n = 2000
+    xs, (m_mid, c_mid) = _simulate_closed_form(getkey(), n, 50)
     end, mid = xs[:, 1, 0], xs[:, 0, 0]
     assert abs(float(end.mean()) - 1.2) < 5 * 0.4 / np.sqrt(n)
     assert abs(float(end.std()) - 0.4) < 5 * 0.4 / np.sqrt(2 * n)
-    m_mid, c_mid = gaussian_sb_marginal(MU1, S1, ref, T, T / 2)
     sd = float(jnp.sqrt(c_mid[0, 0]))
     assert abs(float(mid.mean()) - float(m_mid[0])) < 5 * sd / np.sqrt(n) + 0.01
     assert abs(float(mid.std()) - sd) < 5 * sd / np.sqrt(2 * n) + 0.01
@@ -193,18 +234,22 @@ def _follmer_potential():
     return QuadraticLogPotential(Sinv - jnp.eye(2), Sinv @ MU_F)
 
 
-def test_follmer_drift_matches_autodiff_of_log_h():
+@fast_jit
+def _follmer_case(x):
     ref, psi, gh = BrownianReference(2), _follmer_potential(), gauss_hermite(2, 40)
-    x, t = jnp.array([0.4, -0.9]), 0.3
-    expected = follmer_drift_gaussian(t, x, MU_F, S_F)
-    quad, closed, lp = jax.jit(lambda x: (
-        doob_drift(psi, ref, 1.0, gh)(t, x, None), doob_drift(psi, ref, 1.0)(t, x, None),
-        log_terminal_density(psi, ref, x, 1.0, outer=gh, source_cov=jnp.zeros((2, 2)))))(x)
+    t = 0.3
+    return (follmer_drift_gaussian(t, x, MU_F, S_F), doob_drift(psi, ref, 1.0, gh)(t, x, None),
+            doob_drift(psi, ref, 1.0)(t, x, None),
+            log_terminal_density(psi, ref, x, 1.0, outer=gh, source_cov=jnp.zeros((2, 2))),
+            jax.scipy.stats.multivariate_normal.logpdf(x, MU_F, S_F))
+
+
+def test_follmer_drift_matches_autodiff_of_log_h():
+    expected, quad, closed, lp, target = _follmer_case(jnp.array([0.4, -0.9]))
     np.testing.assert_allclose(quad, expected, rtol=1e-8)
     np.testing.assert_allclose(closed, expected, rtol=1e-10)
     # log rho_1 of the Dirac-source bridge is the target density.
-    np.testing.assert_allclose(lp, jax.scipy.stats.multivariate_normal.logpdf(x, MU_F, S_F),
-                               rtol=1e-10)
+    np.testing.assert_allclose(lp, target, rtol=1e-10)
 
 
 @pytest.mark.parametrize("n,steps", [pytest.param(3000, 100, id="small", marks=pytest.mark.slow),
@@ -223,8 +268,6 @@ def test_follmer_simulation(getkey, n, steps):
 
 
 def test_eqx_module_drift_is_jittable():
-    ref, T = OUReference(1), 0.5
-    drift = doob_drift(gaussian_sb_potential_ou(MU1, S1, ref, T), ref, T, GH80)
-    x = jnp.array([0.3])
-    np.testing.assert_allclose(eqx.filter_jit(lambda d: d(0.1, x, None))(drift), drift(0.1, x, None),
-                               rtol=1e-12)
+    # The DoobDrift module passes through filter_jit as an argument (its fields are pytrees).
+    _, _, jitted, direct = _closed_1d_case(jnp.linspace(0.0, 2.4, 9)[:, None])
+    np.testing.assert_allclose(jitted, direct, rtol=1e-12)

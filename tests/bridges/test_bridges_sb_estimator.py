@@ -32,6 +32,8 @@ from jaxgen.bridges import (
     sample_bridge,
 )
 
+from ._fastjit import fast_jit
+
 GH60 = gauss_hermite(1, 60)
 
 
@@ -43,21 +45,39 @@ class Shifted(AbstractLogPotential):
         return self.base(x) + self.c
 
 
+@fast_jit
+def _make_mlp(key):
+    return BoundedMLPLogPotential(1, 16, 2, key=key, init_kappa=0.3)
+
+
 @pytest.fixture(scope="module")
 def mlp_psi():
-    return BoundedMLPLogPotential(1, 16, 2, key=jr.key(3), init_kappa=0.3)
+    return _make_mlp(jr.key(3))
 
 
-def test_normalisation_random_mlp(mlp_psi):
+@fast_jit
+def _normalisation_case(psi, c):
     ref, T = OUReference(1), 1.0
     # Integrate rho_T over y with 200 GH nodes under a proposal N(0, 2^2).
     y_rule = gauss_hermite(1, 200)
     ys = 2.0 * y_rule.nodes
-    logp = jax.jit(jax.vmap(lambda y: log_terminal_density(mlp_psi, ref, y, T, outer=GH60,
-                                                           inner=GH60)))(ys)
+    shifted = Shifted(psi, c)
+    logp = jax.vmap(lambda y: log_terminal_density(psi, ref, y, T, outer=GH60, inner=GH60))(ys)
+    logp_s = jax.vmap(lambda y: log_terminal_density(shifted, ref, y, T, outer=GH60,
+                                                     inner=GH60))(ys[:5])
+    x = jnp.array([-0.3])
+    drifts = (doob_drift(psi, ref, T, GH60)(0.3, x), doob_drift(shifted, ref, T, GH60)(0.3, x))
     log_prop = jax.scipy.stats.norm.logpdf(ys[:, 0], 0.0, 2.0)
     total = jnp.exp(jax.nn.logsumexp(logp - log_prop + y_rule.log_weights))
+    return total, (logp[:5], logp_s), drifts
+
+
+def test_normalisation_random_mlp(mlp_psi):
+    total, (lp, lp_shift), (drift, drift_shift) = _normalisation_case(mlp_psi, jnp.asarray(3.7))
     np.testing.assert_allclose(total, 1.0, atol=1e-6)
+    # invariance to adding a constant to psi: likelihood and drift unchanged
+    np.testing.assert_allclose(lp_shift, lp, atol=1e-12)
+    np.testing.assert_allclose(drift_shift, drift, atol=1e-12)
 
 
 @eqx.filter_jit
@@ -98,35 +118,41 @@ def test_e1_agrees_with_e2(mlp_psi, getkey):
         assert abs(float(e1 - e2)) < 3 * float(se)
 
 
-def test_gmm_and_atomic_closed_forms(getkey):
+@fast_jit
+def _gmm_case(x):
     ref, T = OUReference(2, b=0.5, Sigma=1.3), 1.0
     chol = jnp.stack([jnp.array([[0.5, 0.0], [0.2, 0.4]]), jnp.array([[0.3, 0.0], [-0.1, 0.6]])])
     gmm = GMMLogPotential(jnp.array([0.2, -0.4]), jnp.array([[1.0, 0.0], [-1.0, 0.5]]), chol)
-    x, gh = jnp.array([0.3, -0.2]), gauss_hermite(2, 40)
+    gh = gauss_hermite(2, 40)
     atoms = AtomicLogPotential(gmm.log_alpha, gmm.mu)
     point_mass = GMMLogPotential(gmm.log_alpha, gmm.mu, jnp.zeros_like(chol))
+    return (log_h(gmm, ref, x, 0.4, T), log_h(gmm, ref, x, 0.4, T, gh),
+            log_h(atoms, ref, x, 0.4, T), log_h(point_mass, ref, x, 0.4, T))
 
-    @jax.jit
-    def case(x):
-        return (log_h(gmm, ref, x, 0.4, T), log_h(gmm, ref, x, 0.4, T, gh),
-                log_h(atoms, ref, x, 0.4, T), log_h(point_mass, ref, x, 0.4, T))
 
-    closed, quad, atom, point = case(x)
+def test_gmm_and_atomic_closed_forms():
+    closed, quad, atom, point = _gmm_case(jnp.array([0.3, -0.2]))
     np.testing.assert_allclose(closed, quad, rtol=1e-5)  # 40-node GH on narrow components
     np.testing.assert_allclose(atom, point, rtol=1e-10)
 
 
-def test_guided_drift_and_ess():
+@fast_jit
+def _guided_case(x, key):
     ref, T = OUReference(2), 1.0
     psi = QuadraticLogPotential(0.5 * jnp.eye(2), jnp.array([0.3, -0.1]))
     doob = doob_drift(psi, ref, T)
     full = guided_drift(lambda t, x, a: ref.drift(x), ref.Sigma, doob.grad_log_h)
     diag = guided_drift(lambda t, x, a: ref.drift(x), jnp.diagonal(ref.Sigma), doob.grad_log_h)
     call = guided_drift(lambda t, x, a: ref.drift(x), lambda t, x, a: ref.Sigma, doob.grad_log_h)
-    x = jnp.array([0.2, 0.7])
-    for f in (full, diag, call):
-        np.testing.assert_allclose(f(0.5, x, None), doob(0.5, x, None), rtol=1e-12)
-    ess = drift_ess(psi, ref, x, 0.5, T, monte_carlo(jr.key(0), 2, 64))
+    drifts = [f(0.5, x, None) for f in (full, diag, call)]
+    ess = drift_ess(psi, ref, x, 0.5, T, monte_carlo(key, 2, 64))
+    return drifts, doob(0.5, x, None), ess
+
+
+def test_guided_drift_and_ess():
+    drifts, doob, ess = _guided_case(jnp.array([0.2, 0.7]), jr.key(0))
+    for f in drifts:
+        np.testing.assert_allclose(f, doob, rtol=1e-12)
     assert 0.0 < float(ess) <= 1.0
 
 
@@ -146,6 +172,18 @@ def test_fit_quadratic_recovers_gaussian(getkey):
     np.testing.assert_allclose(nll, exact, atol=0.02)
 
 
+def test_fit_log_potential_steps():
+    # The quadratic class (closed-form h): the cheapest program through `core.fit`.
+    ref, T = OUReference(1), 1.0
+    Y = 1.2 + 0.4 * jr.normal(jr.key(1), (32, 1))
+    psi0 = QuadraticLogPotential(jnp.zeros((1, 1)), jnp.zeros(1))
+    res = fit_log_potential(jr.key(2), psi0, Y, ref=ref, T=T, num_steps=20, batch_size=16,
+                            num_sources=16, learning_rate=5e-2, progress=False)
+    assert res.losses.shape == (20,) and np.all(np.isfinite(res.losses))
+    assert float(np.mean(res.losses[-5:])) < float(np.mean(res.losses[:5]))  # it learns
+
+
+@pytest.mark.slow
 def test_mlp_training_step(getkey):
     ref, T = OUReference(2), 1.0
     psi = BoundedMLPLogPotential(2, 8, 1, key=getkey(), ref=ref)
@@ -165,10 +203,16 @@ def test_mlp_potential_samples(getkey):
     assert X.shape == (4, 2) and bool(jnp.all(jnp.isfinite(X)))
 
 
+@fast_jit
+def _f32_case(b, Sigma, Lam, eta, x):
+    ref = OUReference(1, b=b, Sigma=Sigma)
+    psi = QuadraticLogPotential(Lam, eta)
+    return log_h(psi, ref, x, 0.2, 1.0, gauss_hermite(1, 8, jnp.float32))
+
+
 def test_float32_dtype_preserved():
-    ref = OUReference(1, b=jnp.float32(1.0), Sigma=jnp.float32(2.0))
-    psi = QuadraticLogPotential(jnp.ones((1, 1), jnp.float32), jnp.ones(1, jnp.float32))
-    out = log_h(psi, ref, jnp.ones(1, jnp.float32), 0.2, 1.0, gauss_hermite(1, 8, jnp.float32))
+    out = _f32_case(jnp.float32(1.0), jnp.float32(2.0), jnp.ones((1, 1), jnp.float32),
+                    jnp.ones(1, jnp.float32), jnp.ones(1, jnp.float32))
     assert out.dtype == jnp.float32
 
 
@@ -189,7 +233,8 @@ def test_bad_inputs():
         eqx.filter_jit(lambda b: OUReference(1, b=b).b)(jnp.asarray(-1.0))
     ref = OUReference(1)
     psi = QuadraticLogPotential(jnp.ones((1, 1)), jnp.zeros(1))
-    mlp = BoundedMLPLogPotential(1, 4, 1, key=jr.key(0))
+    # shape-only module: the type checks need no weights (and no compile)
+    mlp = eqx.filter_eval_shape(lambda key: BoundedMLPLogPotential(1, 4, 1, key=key), jr.key(0))
     for call in (lambda: log_h(psi, ref, jnp.zeros(1), 0.0, -1.0),
                  lambda: doob_drift(psi, ref, 0.0),
                  lambda: log_terminal_density(psi, ref, jnp.zeros(1), 0.0, outer=GH60),

@@ -22,6 +22,8 @@ from jaxgen.bridges import (
     pullback,
 )
 
+from ._fastjit import fast_jit
+
 TOPO = TreeTopology.balanced(3, branch_length=0.4)
 N, D = TOPO.num_nodes, 2
 C = jnp.array([[1.0, 0.5]])
@@ -29,7 +31,7 @@ R = jnp.array([[0.1]])
 X0 = jnp.array([0.3, -0.2])
 
 
-@jax.jit
+@fast_jit
 def _lg(key):
     k = jr.split(key, 3)
     Phi = 0.8 * jnp.eye(D)[None] + 0.1 * jr.normal(k[0], (N, D, D))
@@ -39,24 +41,24 @@ def _lg(key):
     return LinearKernels(Phi, beta, Q)
 
 
-@jax.jit
+@fast_jit
 def _y(key):
     return jr.normal(key, (TOPO.num_leaves, 1))
 
 
-@eqx.filter_jit
+@fast_jit
 def _filter_disc(kernels, y, C, R):
     return backward_filter(TOPO, y, kernels, C=C, R=R)
 
 
-_dense = eqx.filter_jit(dense_tree_smoother)
+_dense = fast_jit(dense_tree_smoother)
 
 
 def _root(filt):
     return jax.tree_util.tree_map(lambda a: a[0], filt.node)
 
 
-@jax.jit
+@fast_jit
 def _pullback_case(key):
     d = 3
     k = jr.split(key, 9)
@@ -90,7 +92,7 @@ def test_pullback_matches_moment_form_and_monte_carlo(getkey):
     np.testing.assert_allclose(got1, mc, atol=2e-2)
 
 
-@jax.jit
+@fast_jit
 def _leaf_case():
     y = jnp.array([0.4, -1.0])
     Cm = jnp.array([[1.0, 0.0, 2.0], [0.0, 1.0, -1.0]])
@@ -106,14 +108,22 @@ def test_leaf_message_is_gaussian_likelihood():
     np.testing.assert_allclose(got, ref, rtol=1e-12)
 
 
+@fast_jit
+def _evidence_case(kern, y, R):
+    """Filter log-evidence (fixed root and root prior) against the dense smoother: one compile."""
+    root = _root(backward_filter(TOPO, y, kern, C=C, R=R))
+    prior = (X0, 0.5 * jnp.eye(D))
+    out = (log_evidence(root, x_root=X0), log_evidence(root, prior=prior))
+    refs = (dense_tree_smoother(TOPO, kern, y, C=C, R=R, x_root=X0)[2],
+            dense_tree_smoother(TOPO, kern, y, C=C, R=R, prior=prior)[2])
+    return out, refs
+
+
 def test_discrete_filter_equals_dense_smoother(getkey):
     kern, y = _lg(getkey()), _y(getkey())
-    filt = _filter_disc(kern, y, C, R)
-    _, _, ref = _dense(TOPO, kern, y, C=C, R=R, x_root=X0)
-    np.testing.assert_allclose(log_evidence(_root(filt), x_root=X0), ref, atol=1e-8)
-    prior = (X0, 0.5 * jnp.eye(D))
-    _, _, ref_p = _dense(TOPO, kern, y, C=C, R=R, prior=prior)
-    np.testing.assert_allclose(log_evidence(_root(filt), prior=prior), ref_p, atol=1e-8)
+    (fixed, with_prior), (ref, ref_p) = _evidence_case(kern, y, R)
+    np.testing.assert_allclose(fixed, ref, atol=1e-8)
+    np.testing.assert_allclose(with_prior, ref_p, atol=1e-8)
 
 
 @pytest.mark.slow
@@ -137,7 +147,7 @@ def _filter_sde(proxy, y, method, rtol=1e-8):
                            atol=1e-11)
 
 
-_filter_sde_jit = eqx.filter_jit(_filter_sde)
+_filter_sde_jit = fast_jit(_filter_sde)
 
 
 @pytest.mark.slow
@@ -166,21 +176,61 @@ def test_sde_filter_ode_vs_closed_form_vs_discrete(getkey):
     np.testing.assert_allclose(log_evidence(_root(ode), x_root=X0), le, rtol=1e-7)
 
 
-@pytest.mark.slow
-def test_brownian_edge_closed_form():
-    """1-D Brownian edge, leaf variance R: H(t) = 1/(tau - t + R), closed-form c."""
-    topo = TreeTopology.from_parents(np.array([-1, 0]), np.array([0.0, 0.7]))
-    y, Rm = jnp.array([[0.8]]), jnp.array([[0.2]])
-    one = jnp.ones((2, 1, 1))
-    px = LinearSDEs(0 * one, jnp.zeros((2, 1)), one, one)
-    filt = eqx.filter_jit(backward_filter)(topo, y, px, R=Rm, method="ode", num_steps=4,
-                                          rtol=1e-10, atol=1e-12)
+TOPO2 = TreeTopology.from_parents(np.array([-1, 0]), np.array([0.0, 0.7]))
+
+
+@fast_jit
+def _brownian_case(px, y, Rm):
+    ode = backward_filter(TOPO2, y, px, R=Rm, method="ode", num_steps=4, rtol=1e-10, atol=1e-12)
+    closed = backward_filter(TOPO2, y, px, R=Rm, method="closed", num_steps=4)
+    return ode, closed
+
+
+@fast_jit
+def _brownian_closed(px, y, Rm):
+    return backward_filter(TOPO2, y, px, R=Rm, method="closed", num_steps=4)
+
+
+def _brownian_check(filters):
     t = 0.7 * (1 - (1 - jnp.arange(5) / 4) ** 2)
     Hs = 1 / (0.7 - t + 0.2)
-    np.testing.assert_allclose(filt.H_t[1, :, 0, 0], Hs, rtol=1e-8)
-    np.testing.assert_allclose(filt.F_t[1, :, 0], 0.8 * Hs, rtol=1e-8)
     c0 = -0.5 * math.log(2 * math.pi * 0.9) - 0.64 / 0.9 / 2
-    np.testing.assert_allclose(filt.edge.c[1], c0, rtol=1e-8)
+    for filt in filters:
+        np.testing.assert_allclose(filt.H_t[1, :, 0, 0], Hs, rtol=1e-8)
+        np.testing.assert_allclose(filt.F_t[1, :, 0], 0.8 * Hs, rtol=1e-8)
+        np.testing.assert_allclose(filt.edge.c[1], c0, rtol=1e-8)
+
+
+Y2, R2, ONE2 = jnp.array([[0.8]]), jnp.array([[0.2]]), jnp.ones((2, 1, 1))
+
+
+def test_brownian_edge_closed_form():
+    """1-D Brownian edge, leaf variance R: H(t) = 1/(tau - t + R), closed-form c."""
+    _brownian_check([_brownian_closed(LinearSDEs(0 * ONE2, jnp.zeros((2, 1)), ONE2, ONE2), Y2, R2)])
+    with pytest.raises(Exception, match="driftless proxy"):
+        _brownian_closed(LinearSDEs(ONE2, jnp.zeros((2, 1)), ONE2, ONE2), Y2, R2)
+
+
+@pytest.mark.slow
+def test_brownian_edge_ode_and_closed_form():
+    """The backward ODE (`core.solve_ode`) and the closed-form filter both reproduce it."""
+    _brownian_check(_brownian_case(LinearSDEs(0 * ONE2, jnp.zeros((2, 1)), ONE2, ONE2), Y2, R2))
+
+
+@fast_jit
+def _van_loan_case(B, beta, a, tau):
+    return lg_sde_to_discrete(B, beta, a, tau)
+
+
+def test_lg_sde_to_discrete_ou_closed_form():
+    """Diagonal OU dX = -k (X - mu) dt + s dW: Phi = e^{-k tau}, b = mu (1 - e^{-k tau}),
+    Q = s^2 (1 - e^{-2 k tau}) / (2 k) (spec check 3's discrete side)."""
+    k, mu, s2, tau = jnp.array([0.5, 1.5]), jnp.array([0.3, -1.0]), jnp.array([0.4, 2.0]), 0.7
+    Phi, b, Q = _van_loan_case(-jnp.diag(k), k * mu, jnp.diag(s2), jnp.asarray(tau))
+    np.testing.assert_allclose(Phi, jnp.diag(jnp.exp(-k * tau)), atol=1e-12)
+    np.testing.assert_allclose(b, mu * (1 - jnp.exp(-k * tau)), rtol=1e-10)
+    np.testing.assert_allclose(Q, jnp.diag(s2 * (1 - jnp.exp(-2 * k * tau)) / (2 * k)),
+                               rtol=1e-10, atol=1e-14)
 
 
 def test_filter_bad_input(getkey):
@@ -199,13 +249,10 @@ def test_filter_bad_input(getkey):
         z = jnp.zeros((N, D, D))
         backward_filter(TOPO, y, LinearSDEs(z, jnp.zeros((N, D)), z, z), C=C, R=R, method="x")
     with pytest.raises(Exception, match="`R` must be symmetric positive semi-definite"):
-        _filter_disc(kern, y, C, -R)
+        _evidence_case(kern, y, -R)
     with pytest.raises(Exception, match="`proxy.Q` must be symmetric positive semi-definite"):
-        _filter_disc(kern._replace(Q=-kern.Q), y, C, R)
+        _evidence_case(kern._replace(Q=-kern.Q), y, R)
     with pytest.raises(Exception, match="`R` must be symmetric positive definite"):
-        leaf_message(jnp.ones(1), jnp.ones((1, 2)), jnp.zeros((1, 1)))
-    with pytest.raises(Exception, match="driftless proxy"):
-        a = jnp.broadcast_to(jnp.eye(D), (N, D, D))
-        _filter_sde_jit(LinearSDEs(a, jnp.zeros((N, D)), a, a), y, "closed")
+        fast_jit(leaf_message)(jnp.ones(1), jnp.ones((1, 2)), jnp.zeros((1, 1)))
     with pytest.raises(ValueError, match="exactly one of"):
-        log_evidence(_root(_filter_disc(kern, y, C, R)))
+        log_evidence(Canonical(jnp.zeros(()), jnp.zeros(D), jnp.eye(D)))

@@ -24,6 +24,8 @@ from jaxgen.bridges import (
     path_loss,
 )
 
+from ._fastjit import fast_jit
+
 TOPO = TreeTopology.balanced(2, branch_length=0.5)
 N = TOPO.num_nodes
 PHI = jnp.array([[0.9, 0.2], [-0.1, 0.8]])
@@ -43,7 +45,7 @@ def _cov(x, tau):
     return QM
 
 
-_filter = eqx.filter_jit(backward_filter)
+_filter = fast_jit(backward_filter)
 
 
 @ft.cache
@@ -58,29 +60,42 @@ def _disc_tree():
     return GuidedTree(topo=TOPO, model=model, filt=filt, proxy=kern, x_root=X0), kern
 
 
-@eqx.filter_jit
+@fast_jit
 def _is(key, gt, m, control=None):
     return importance_sample(key, gt, m, control)
 
 
+# Compiled once for the module: the importance sampler, the dense reference and the checks on
+# them (the fast tests share a handful of compiled programs; eager ops would each compile).
+@fast_jit
+def _is_vs_dense(key, gt, kern, m):
+    out = importance_sample(key, gt, m)
+    means, covs, logev = dense_tree_smoother(TOPO, kern, Y, C=C, R=R, x_root=X0)
+    se = jnp.sqrt(jnp.diagonal(covs, axis1=1, axis2=2) / m)[1:]
+    z_mean = jnp.max(jnp.abs(out.posterior_mean - means)[1:] / se)
+    dev = out.states - means[None]
+    emp = jnp.einsum("mni,mnj->nij", dev, dev) / m
+    rel = jnp.linalg.norm(emp - covs, axis=(1, 2))[1:] / jnp.linalg.norm(covs, axis=(1, 2))[1:]
+    return out._replace(states=out.states[:2]), logev, z_mean, jnp.max(rel)
+
+
+_guided_disc = fast_jit(guided_sample)
+_path_disc = fast_jit(path_loss)
+
+
 def test_discrete_lg_guided_posterior_equals_dense_smoother():
     gt, kern = _disc_tree()
-    out = _is(jr.key(1), gt, 20_000)
-    means, covs, logev = eqx.filter_jit(dense_tree_smoother)(TOPO, kern, Y, C=C, R=R, x_root=X0)
+    M = 20_000
+    out, logev, z_mean, rel_cov = _is_vs_dense(jr.key(1), gt, kern, M)
     assert float(jnp.max(jnp.abs(out.log_weights))) <= 1e-9  # every l_v = 0
-    np.testing.assert_allclose(out.ess, 20_000, rtol=1e-10)
+    np.testing.assert_allclose(out.ess, M, rtol=1e-10)
     np.testing.assert_allclose(out.log_evidence, logev, atol=1e-8)
     np.testing.assert_allclose(out.elbo, logev, atol=1e-8)
-    se = jnp.sqrt(jnp.diagonal(covs, axis1=1, axis2=2) / 20_000)[1:]
-    assert float(jnp.max(jnp.abs(out.posterior_mean - means)[1:] / se)) <= 4.0
-    dev = out.states - means[None]
-    emp = jnp.einsum("mni,mnj->nij", dev, dev) / 20_000
-    rel = jnp.linalg.norm(emp - covs, axis=(1, 2))[1:] / jnp.linalg.norm(covs, axis=(1, 2))[1:]
-    assert float(jnp.max(rel)) <= 0.05
+    assert float(z_mean) <= 4.0  # every node's posterior mean within 4 SE
+    assert float(rel_cov) <= 0.05  # covariances within 5 %
 
 
-def _random_flow(key, dim=2):
-    flow = ResidualFlow(dim, 2, 8, 1, key=key)
+def _perturb_flow(flow, key):
     ks = jr.split(key, len(flow.nets))
 
     def perturb(net, k):
@@ -90,35 +105,57 @@ def _random_flow(key, dim=2):
     return eqx.tree_at(lambda f: f.nets, flow, tuple(perturb(n, k) for n, k in zip(flow.nets, ks)))
 
 
-_guided_disc = eqx.filter_jit(guided_sample)
-_path_disc = eqx.filter_jit(path_loss)
+@fast_jit
+def _flows(key):
+    """The zero-initialised flow and a perturbed copy (one compile instead of eager inits)."""
+    flow = ResidualFlow(2, 2, 8, 1, key=key)
+    return flow, _perturb_flow(flow, jr.fold_in(key, 1))
+
+
+def _random_flow(key):
+    return _flows(key)[1]
+
+
+@fast_jit
+def _logdet_vs_jacobian(flow):
+    xi, ctx = jnp.array([0.3, -0.8]), jnp.linspace(-1.0, 1.0, 7)  # (x_pa, m, log diag P, tau)
+    _, logdet = flow(xi, ctx)
+    J = jax.jacrev(lambda z: flow(z, ctx)[0])(xi)
+    return logdet, jnp.linalg.slogdet(J)[1]
 
 
 def test_residual_flow_identity_at_init_and_path_loss_telescopes():
-    gt, _ = _disc_tree()
-    key = jr.key(3)
-    plain = _guided_disc(key, gt, None)
-    zero = _guided_disc(key, gt, ResidualFlow(2, 2, 8, 1, key=jr.key(0)))
-    np.testing.assert_array_equal(plain.states, zero.states)  # theta = 0 is BFFG, same keys
+    gt, kern = _disc_tree()
+    zero, flow = _flows(jr.key(0))
+    # theta = 0 is BFFG, same keys; the importance sampler's vmapped BFFG draws (keys split from
+    # key(1)) against single draws with the zero flow: also vmap == loop.
+    plain = _is_vs_dense(jr.key(1), gt, kern, 20_000)[0].states
+    keys = jr.split(jr.key(1), 20_000)
+    for i in range(2):
+        same = _guided_disc(keys[i], gt, zero)
+        np.testing.assert_allclose(same.states, plain[i], rtol=1e-12, atol=1e-14)
+    key = keys[0]
     # exact proxy: every l_v = 0 (up to the 1e-9 relative jitter in the Cholesky of P°)
-    np.testing.assert_allclose(zero.edge_loss, 0.0, atol=1e-8)
-    flow = _random_flow(jr.key(4))
+    np.testing.assert_allclose(same.edge_loss, 0.0, atol=1e-8)
     full = _guided_disc(key, gt, flow)
     assert float(jnp.max(jnp.abs(full.edge_loss))) > 1e-3  # a non-identity flow is penalised
     # Every leaf once, same key: the weights N_L / n_L(v) make the mean exactly the tree sum.
     every = _path_disc(key, gt, jnp.arange(TOPO.num_leaves), flow)
     np.testing.assert_allclose(every, jnp.sum(full.train_loss), rtol=1e-10)
+    # Unbiased over random leaves (drawn with replacement) and keys: Monte Carlo, 3 SE.
+    n = 60
+    paths, fulls = [], []
+    for i in range(n):
+        k = jr.fold_in(jr.key(5), i)
+        rows = jr.randint(jr.fold_in(k, 1), (TOPO.num_leaves,), 0, TOPO.num_leaves)
+        paths.append(float(_path_disc(k, gt, rows, flow)))
+        fulls.append(float(jnp.sum(_guided_disc(jr.fold_in(k, 2), gt, flow).train_loss)))
+    paths, fulls = np.array(paths), np.array(fulls)
+    se = np.sqrt(paths.var() / n + fulls.var() / n)
+    assert abs(paths.mean() - fulls.mean()) <= 3 * se
     # the flow's log-determinant against autodiff of the map
-    xi, ctx = jnp.array([0.3, -0.8]), jnp.linspace(-1.0, 1.0, 7)  # (x_pa, m, log diag P, tau)
-    _, logdet = flow(xi, ctx)
-    J = jax.jacrev(lambda z: flow(z, ctx)[0])(xi)
-    np.testing.assert_allclose(logdet, jnp.linalg.slogdet(J)[1], rtol=1e-10)
-    # vmap == loop
-    keys = jr.split(key, 2)
-    batched = jax.vmap(lambda k: _guided_disc(k, gt, flow))(keys)
-    for i in range(2):
-        np.testing.assert_allclose(batched.states[i], _guided_disc(keys[i], gt, flow).states,
-                                   rtol=1e-12)
+    logdet, ref = _logdet_vs_jacobian(flow)
+    np.testing.assert_allclose(logdet, ref, rtol=1e-10)
 
 
 @pytest.mark.slow
@@ -161,18 +198,24 @@ def _sde_tree(drift):
                       x_root=jnp.zeros(1))
 
 
+@fast_jit
+def _sde_is_vs_dense(key, gt, m):
+    out = importance_sample(key, gt, m)
+    kern = LinearKernels(jnp.ones((N, 1, 1)), jnp.zeros((N, 1)),
+                         SIG**2 * jnp.asarray(TOPO.branch_length)[:, None, None])
+    means, covs, logev = dense_tree_smoother(TOPO, kern, Y1, R=R1, x_root=jnp.zeros(1))
+    return out._replace(states=out.states[:1]), means, covs, logev
+
+
 @pytest.mark.slow
 def test_sde_lg_exact_proxy_has_equal_weights_and_exact_evidence():
     gt = _sde_tree(_sde_drift_lin)
-    out = _is(jr.key(2), gt, 400)
+    M = 256
+    out, means, covs, logev = _sde_is_vs_dense(jr.key(2), gt, M)
     assert float(jnp.max(jnp.abs(out.log_weights))) <= 1e-10  # G == 0 when b = b~, a = a~
-    np.testing.assert_allclose(out.ess, 400, rtol=1e-10)
-    kern = LinearKernels(jnp.ones((N, 1, 1)), jnp.zeros((N, 1)),
-                         SIG**2 * jnp.asarray(TOPO.branch_length)[:, None, None])
-    means, covs, logev = eqx.filter_jit(dense_tree_smoother)(TOPO, kern, Y1, R=R1,
-                                                            x_root=jnp.zeros(1))
+    np.testing.assert_allclose(out.ess, M, rtol=1e-10)
     np.testing.assert_allclose(out.log_evidence, logev, atol=1e-10)
-    se = jnp.sqrt(covs[:, 0, 0] / 400)[1:]
+    se = jnp.sqrt(covs[:, 0, 0] / M)[1:]
     err = jnp.abs(out.posterior_mean[1:, 0] - means[1:, 0])
     assert bool(jnp.all(err <= 4 * se + 0.02))  # Euler-Maruyama, 8 steps per edge
 
@@ -183,15 +226,21 @@ def _random_control(key):
     return eqx.tree_at(lambda c: c.mlp.layers[-1].weight, ctrl, 0.3 * jr.normal(key, w.shape))
 
 
-_guided = eqx.filter_jit(guided_sample)
-_path = eqx.filter_jit(path_loss)
+_guided = fast_jit(guided_sample)
+_path = fast_jit(path_loss)
+
+
+@fast_jit
+def _control_case(key):
+    ctrl = ControlNet(2, 3, 8, 1, key=key)
+    args = (jnp.asarray(0.3), jnp.asarray(0.2), jnp.array([0.1, -0.4]), jnp.array([1.0, 2.0]))
+    one = jnp.ones(1)
+    return ctrl(*args), _random_control(key)(jnp.asarray(0.3), jnp.asarray(0.2), one, one)
 
 
 def test_control_net_starts_at_zero():
-    ctrl = ControlNet(2, 3, 8, 1, key=jr.key(0))
-    args = (jnp.asarray(0.3), jnp.asarray(0.2), jnp.array([0.1, -0.4]), jnp.array([1.0, 2.0]))
-    np.testing.assert_array_equal(ctrl(*args), jnp.zeros(3))
-    out = _random_control(jr.key(1))(jnp.asarray(0.3), jnp.asarray(0.2), jnp.ones(1), jnp.ones(1))
+    zero, out = _control_case(jr.key(0))
+    np.testing.assert_array_equal(zero, jnp.zeros(3))
     assert out.shape == (1,) and float(jnp.abs(out[0])) > 0
 
 
@@ -250,23 +299,28 @@ def test_fit_nbffg_improves_elbo():
     assert float(after.elbo) > float(before.elbo)
 
 
+def _shape_only(cls, *args, **kw):
+    # The module with ShapeDtypeStruct leaves: enough for the type/dim checks, and no compile.
+    return eqx.filter_eval_shape(ft.partial(cls, *args, **kw), key=jr.key(0))
+
+
 def test_guided_bad_input():
     gt, kern = _disc_tree()
-    sgt = _sde_tree(_sde_drift_dw)
+    sgt = eqx.filter_eval_shape(_sde_tree.__wrapped__, _sde_drift_dw)  # shapes suffice
     with pytest.raises(TypeError, match="must agree"):
         GuidedTree(topo=TOPO, model=TreeSDE(_sde_drift_dw, _sde_sigma), filt=gt.filt, proxy=kern,
                    x_root=X0)
     with pytest.raises(ValueError, match="`x_root` must have shape"):
         GuidedTree(topo=TOPO, model=gt.model, filt=gt.filt, proxy=kern, x_root=jnp.zeros(3))
     with pytest.raises(TypeError, match="`control` must be a ResidualFlow"):
-        fit_nbffg(jr.key(0), gt, ControlNet(2, 2, 8, 1, key=jr.key(0)), num_steps=1)
+        fit_nbffg(jr.key(0), gt, _shape_only(ControlNet, 2, 2, 8, 1), num_steps=1)
     with pytest.raises(TypeError, match="`control` must be a ControlNet"):
-        guided_sample(jr.key(0), sgt, ResidualFlow(1, key=jr.key(0)))
+        guided_sample(jr.key(0), sgt, _shape_only(ResidualFlow, 1))
     with pytest.raises(ValueError, match="`control` acts in dim 3"):
-        guided_sample(jr.key(0), gt, ResidualFlow(3, key=jr.key(0)))
+        guided_sample(jr.key(0), gt, _shape_only(ResidualFlow, 3))
     with pytest.raises(ValueError, match="`num_layers` must be"):
         ResidualFlow(2, 0, key=jr.key(0))
-    ctrl = ControlNet(1, 1, 8, 1, key=jr.key(0))
+    ctrl = _shape_only(ControlNet, 1, 1, 8, 1)
     with pytest.raises(ValueError, match="`mode`"):
         fit_nbffg(jr.key(0), sgt, ctrl, num_steps=1, mode="tree")
     with pytest.raises(ValueError, match="`batch_size`"):
