@@ -17,10 +17,9 @@ from jaxgen.bridges import (
     log_terminal_density,
 )
 
-from ._fastjit import fast_jit
 
 REF, T = OUReference(1), 1.0
-PSI = fast_jit(lambda key: BoundedMLPLogPotential(1, 8, 1, key=key, init_kappa=0.3))(jr.key(5))
+PSI = eqx.filter_jit(lambda key: BoundedMLPLogPotential(1, 8, 1, key=key, init_kappa=0.3))(jr.key(5))
 GH = gauss_hermite(1, 12)
 XS = jnp.array([[-0.7], [0.1], [0.9]])
 
@@ -47,7 +46,7 @@ def test_eager_jit_vmap_grad():
         check_grads(jf, (XS[1],), order=1, modes=("rev",))
 
 
-@fast_jit
+@eqx.filter_jit
 def _battery(psi, xs):
     """vmap == loop and reverse-mode grad == central difference (log_h and doob_drift)."""
     fns = (lambda x: log_h(psi, REF, x, 0.3, T, GH),

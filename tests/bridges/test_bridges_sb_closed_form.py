@@ -26,7 +26,6 @@ from jaxgen.bridges import (
 )
 from jaxgen.core import solve_sde
 
-from ._fastjit import fast_jit
 
 MU1, S1 = jnp.array([1.2]), jnp.array([[0.16]])  # 1-D target N(1.2, 0.4^2)
 GH80 = gauss_hermite(1, 80)
@@ -56,7 +55,7 @@ def test_eot_cross_cov_matches_sinkhorn_grid():
     np.testing.assert_allclose(closed[0, 0], oracle, atol=1e-4)
 
 
-@fast_jit
+@eqx.filter_jit
 def _eot_case(key):
     d, eps = 3, 0.8
     ka, kb = jr.split(key)
@@ -74,7 +73,7 @@ def test_eot_factorisation_and_psd(getkey):
     assert float(min_eig) > 0
 
 
-@fast_jit
+@eqx.filter_jit
 def _heat_case(x):
     ref = OUReference(2, b=0.7, m=jnp.array([0.3, -0.2]), Sigma=jnp.array([[1.5, 0.3], [0.3, 0.8]]))
     psi = QuadraticLogPotential(jnp.array([[0.9, -0.2], [-0.2, 0.4]]), jnp.array([0.5, -1.0]))
@@ -113,7 +112,7 @@ def test_ou_transition_simulated(getkey):
     assert jnp.all(jnp.abs(emp - cov) < 5 * se_cov + 0.01)
 
 
-@fast_jit
+@eqx.filter_jit
 def _closed_1d_case(ys):
     ref, T = OUReference(1), 0.5
     psi = gaussian_sb_potential_ou(MU1, S1, ref, T)
@@ -155,7 +154,7 @@ def test_closed_form_potential_reproduces_target_2d():
     np.testing.assert_allclose(c_T, S, atol=1e-12)
 
 
-@fast_jit
+@eqx.filter_jit
 def _potentials_over_T(Ts):
     ref = OUReference(1)
     return jax.vmap(lambda T: gaussian_sb_potential_ou(MU1, S1, ref, T))(Ts)
@@ -172,7 +171,7 @@ def test_large_horizon_limit():
     np.testing.assert_allclose(psis.Lambda[2, 0, 0], 5.2503, atol=1e-4)
 
 
-@fast_jit
+@eqx.filter_jit
 def _doob_case(x):
     ref, T = OUReference(2, b=0.8, Sigma=1.5), 1.0
     psi = QuadraticLogPotential(jnp.array([[1.0, 0.3], [0.3, 0.6]]), jnp.array([0.7, -0.4]))
@@ -192,7 +191,7 @@ def test_doob_drift_quadratic_matches_analytic_gradient():
     np.testing.assert_allclose(closed, expected, rtol=1e-10)
 
 
-@fast_jit
+@eqx.filter_jit
 def _simulate_closed_form(key, n, steps):
     ref, T = OUReference(1), 0.5
     psi = gaussian_sb_potential_ou(MU1, S1, ref, T)
@@ -234,7 +233,7 @@ def _follmer_potential():
     return QuadraticLogPotential(Sinv - jnp.eye(2), Sinv @ MU_F)
 
 
-@fast_jit
+@eqx.filter_jit
 def _follmer_case(x):
     ref, psi, gh = BrownianReference(2), _follmer_potential(), gauss_hermite(2, 40)
     t = 0.3

@@ -32,7 +32,6 @@ from jaxgen.bridges import (
     sample_bridge,
 )
 
-from ._fastjit import fast_jit
 
 GH60 = gauss_hermite(1, 60)
 
@@ -45,7 +44,7 @@ class Shifted(AbstractLogPotential):
         return self.base(x) + self.c
 
 
-@fast_jit
+@eqx.filter_jit
 def _make_mlp(key):
     return BoundedMLPLogPotential(1, 16, 2, key=key, init_kappa=0.3)
 
@@ -55,7 +54,7 @@ def mlp_psi():
     return _make_mlp(jr.key(3))
 
 
-@fast_jit
+@eqx.filter_jit
 def _normalisation_case(psi, c):
     ref, T = OUReference(1), 1.0
     # Integrate rho_T over y with 200 GH nodes under a proposal N(0, 2^2).
@@ -118,7 +117,7 @@ def test_e1_agrees_with_e2(mlp_psi, getkey):
         assert abs(float(e1 - e2)) < 3 * float(se)
 
 
-@fast_jit
+@eqx.filter_jit
 def _gmm_case(x):
     ref, T = OUReference(2, b=0.5, Sigma=1.3), 1.0
     chol = jnp.stack([jnp.array([[0.5, 0.0], [0.2, 0.4]]), jnp.array([[0.3, 0.0], [-0.1, 0.6]])])
@@ -136,7 +135,7 @@ def test_gmm_and_atomic_closed_forms():
     np.testing.assert_allclose(atom, point, rtol=1e-10)
 
 
-@fast_jit
+@eqx.filter_jit
 def _guided_case(x, key):
     ref, T = OUReference(2), 1.0
     psi = QuadraticLogPotential(0.5 * jnp.eye(2), jnp.array([0.3, -0.1]))
@@ -203,7 +202,7 @@ def test_mlp_potential_samples(getkey):
     assert X.shape == (4, 2) and bool(jnp.all(jnp.isfinite(X)))
 
 
-@fast_jit
+@eqx.filter_jit
 def _f32_case(b, Sigma, Lam, eta, x):
     ref = OUReference(1, b=b, Sigma=Sigma)
     psi = QuadraticLogPotential(Lam, eta)

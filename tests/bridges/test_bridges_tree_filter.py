@@ -22,7 +22,6 @@ from jaxgen.bridges import (
     pullback,
 )
 
-from ._fastjit import fast_jit
 
 TOPO = TreeTopology.balanced(3, branch_length=0.4)
 N, D = TOPO.num_nodes, 2
@@ -31,7 +30,7 @@ R = jnp.array([[0.1]])
 X0 = jnp.array([0.3, -0.2])
 
 
-@fast_jit
+@eqx.filter_jit
 def _lg(key):
     k = jr.split(key, 3)
     Phi = 0.8 * jnp.eye(D)[None] + 0.1 * jr.normal(k[0], (N, D, D))
@@ -41,24 +40,24 @@ def _lg(key):
     return LinearKernels(Phi, beta, Q)
 
 
-@fast_jit
+@eqx.filter_jit
 def _y(key):
     return jr.normal(key, (TOPO.num_leaves, 1))
 
 
-@fast_jit
+@eqx.filter_jit
 def _filter_disc(kernels, y, C, R):
     return backward_filter(TOPO, y, kernels, C=C, R=R)
 
 
-_dense = fast_jit(dense_tree_smoother)
+_dense = eqx.filter_jit(dense_tree_smoother)
 
 
 def _root(filt):
     return jax.tree_util.tree_map(lambda a: a[0], filt.node)
 
 
-@fast_jit
+@eqx.filter_jit
 def _pullback_case(key):
     d = 3
     k = jr.split(key, 9)
@@ -92,7 +91,7 @@ def test_pullback_matches_moment_form_and_monte_carlo(getkey):
     np.testing.assert_allclose(got1, mc, atol=2e-2)
 
 
-@fast_jit
+@eqx.filter_jit
 def _leaf_case():
     y = jnp.array([0.4, -1.0])
     Cm = jnp.array([[1.0, 0.0, 2.0], [0.0, 1.0, -1.0]])
@@ -108,7 +107,7 @@ def test_leaf_message_is_gaussian_likelihood():
     np.testing.assert_allclose(got, ref, rtol=1e-12)
 
 
-@fast_jit
+@eqx.filter_jit
 def _evidence_case(kern, y, R):
     """Filter log-evidence (fixed root and root prior) against the dense smoother: one compile."""
     root = _root(backward_filter(TOPO, y, kern, C=C, R=R))
@@ -147,7 +146,7 @@ def _filter_sde(proxy, y, method, rtol=1e-8):
                            atol=1e-11)
 
 
-_filter_sde_jit = fast_jit(_filter_sde)
+_filter_sde_jit = eqx.filter_jit(_filter_sde)
 
 
 @pytest.mark.slow
@@ -179,14 +178,14 @@ def test_sde_filter_ode_vs_closed_form_vs_discrete(getkey):
 TOPO2 = TreeTopology.from_parents(np.array([-1, 0]), np.array([0.0, 0.7]))
 
 
-@fast_jit
+@eqx.filter_jit
 def _brownian_case(px, y, Rm):
     ode = backward_filter(TOPO2, y, px, R=Rm, method="ode", num_steps=4, rtol=1e-10, atol=1e-12)
     closed = backward_filter(TOPO2, y, px, R=Rm, method="closed", num_steps=4)
     return ode, closed
 
 
-@fast_jit
+@eqx.filter_jit
 def _brownian_closed(px, y, Rm):
     return backward_filter(TOPO2, y, px, R=Rm, method="closed", num_steps=4)
 
@@ -217,7 +216,7 @@ def test_brownian_edge_ode_and_closed_form():
     _brownian_check(_brownian_case(LinearSDEs(0 * ONE2, jnp.zeros((2, 1)), ONE2, ONE2), Y2, R2))
 
 
-@fast_jit
+@eqx.filter_jit
 def _van_loan_case(B, beta, a, tau):
     return lg_sde_to_discrete(B, beta, a, tau)
 
@@ -253,6 +252,6 @@ def test_filter_bad_input(getkey):
     with pytest.raises(Exception, match="`proxy.Q` must be symmetric positive semi-definite"):
         _evidence_case(kern._replace(Q=-kern.Q), y, R)
     with pytest.raises(Exception, match="`R` must be symmetric positive definite"):
-        fast_jit(leaf_message)(jnp.ones(1), jnp.ones((1, 2)), jnp.zeros((1, 1)))
+        eqx.filter_jit(leaf_message)(jnp.ones(1), jnp.ones((1, 2)), jnp.zeros((1, 1)))
     with pytest.raises(ValueError, match="exactly one of"):
         log_evidence(Canonical(jnp.zeros(()), jnp.zeros(D), jnp.eye(D)))

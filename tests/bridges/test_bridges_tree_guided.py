@@ -24,7 +24,6 @@ from jaxgen.bridges import (
     path_loss,
 )
 
-from ._fastjit import fast_jit
 
 TOPO = TreeTopology.balanced(2, branch_length=0.5)
 N = TOPO.num_nodes
@@ -45,7 +44,7 @@ def _cov(x, tau):
     return QM
 
 
-_filter = fast_jit(backward_filter)
+_filter = eqx.filter_jit(backward_filter)
 
 
 @ft.cache
@@ -60,14 +59,14 @@ def _disc_tree():
     return GuidedTree(topo=TOPO, model=model, filt=filt, proxy=kern, x_root=X0), kern
 
 
-@fast_jit
+@eqx.filter_jit
 def _is(key, gt, m, control=None):
     return importance_sample(key, gt, m, control)
 
 
 # Compiled once for the module: the importance sampler, the dense reference and the checks on
 # them (the fast tests share a handful of compiled programs; eager ops would each compile).
-@fast_jit
+@eqx.filter_jit
 def _is_vs_dense(key, gt, kern, m):
     out = importance_sample(key, gt, m)
     means, covs, logev = dense_tree_smoother(TOPO, kern, Y, C=C, R=R, x_root=X0)
@@ -79,8 +78,8 @@ def _is_vs_dense(key, gt, kern, m):
     return out._replace(states=out.states[:2]), logev, z_mean, jnp.max(rel)
 
 
-_guided_disc = fast_jit(guided_sample)
-_path_disc = fast_jit(path_loss)
+_guided_disc = eqx.filter_jit(guided_sample)
+_path_disc = eqx.filter_jit(path_loss)
 
 
 def test_discrete_lg_guided_posterior_equals_dense_smoother():
@@ -105,7 +104,7 @@ def _perturb_flow(flow, key):
     return eqx.tree_at(lambda f: f.nets, flow, tuple(perturb(n, k) for n, k in zip(flow.nets, ks)))
 
 
-@fast_jit
+@eqx.filter_jit
 def _flows(key):
     """The zero-initialised flow and a perturbed copy (one compile instead of eager inits)."""
     flow = ResidualFlow(2, 2, 8, 1, key=key)
@@ -116,7 +115,7 @@ def _random_flow(key):
     return _flows(key)[1]
 
 
-@fast_jit
+@eqx.filter_jit
 def _logdet_vs_jacobian(flow):
     xi, ctx = jnp.array([0.3, -0.8]), jnp.linspace(-1.0, 1.0, 7)  # (x_pa, m, log diag P, tau)
     _, logdet = flow(xi, ctx)
@@ -198,7 +197,7 @@ def _sde_tree(drift):
                       x_root=jnp.zeros(1))
 
 
-@fast_jit
+@eqx.filter_jit
 def _sde_is_vs_dense(key, gt, m):
     out = importance_sample(key, gt, m)
     kern = LinearKernels(jnp.ones((N, 1, 1)), jnp.zeros((N, 1)),
@@ -226,11 +225,11 @@ def _random_control(key):
     return eqx.tree_at(lambda c: c.mlp.layers[-1].weight, ctrl, 0.3 * jr.normal(key, w.shape))
 
 
-_guided = fast_jit(guided_sample)
-_path = fast_jit(path_loss)
+_guided = eqx.filter_jit(guided_sample)
+_path = eqx.filter_jit(path_loss)
 
 
-@fast_jit
+@eqx.filter_jit
 def _control_case(key):
     ctrl = ControlNet(2, 3, 8, 1, key=key)
     args = (jnp.asarray(0.3), jnp.asarray(0.2), jnp.array([0.1, -0.4]), jnp.array([1.0, 2.0]))
