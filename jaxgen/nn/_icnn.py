@@ -684,6 +684,12 @@ def center_biases(model: Any, x: Float[Array, "batch dim"]) -> Any:
         raise ValueError(
             f"`x` must have shape (batch, {model.in_size}), got {x.shape}."
         )
+    return _center_biases(model, x)
+
+
+@eqx.filter_jit
+def _center_biases(model: Any, x: Array) -> Any:
+    # one compiled call per architecture instead of a dozen eager ops (each compiled per shape)
     if isinstance(model, ICNN):
         Ws, _ = model.effective_weights()
         new_b, z = [], None
