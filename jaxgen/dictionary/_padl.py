@@ -4,11 +4,13 @@ The outer alternation (R-step, prune-and-refit, D-step, hyper-parameter rounds) 
 over jitted, fixed-shape steps; inactive atoms are masks, so nothing recompiles as atoms die.
 """
 
+import functools as ft
 import math
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 
+import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
@@ -142,6 +144,9 @@ def estimate_hyperparameters(
             "lam0": max(lam0, 0.0), "lam2": max(lam0, 0.0) / m_hat}
 
 
+_FULL_WIDTH_PRUNE = 2048
+
+
 def _bucket(n: int) -> int:
     """Pad sizes to powers of 4 (>= 16), so that few shapes compile."""
     size = 16
@@ -184,7 +189,10 @@ def prune_refit(
         if support.size == 0:
             act[k] = False
             continue
-        m = min(_bucket(support.size), Xh.shape[1])
+        # Small problems use one full-width shape (one compile); large ones pad the subset of
+        # columns to a power of four (few compiles, little wasted work).
+        N = Xh.shape[1]
+        m = N if N <= _FULL_WIDTH_PRUNE else min(_bucket(support.size), N)
         XS = np.zeros((Xh.shape[0], m), Xh.dtype)
         RS = np.zeros((Rh.shape[0], m), Rh.dtype)
         XS[:, : support.size] = Xh[:, support]
@@ -229,9 +237,13 @@ def storage_bits(
     return bits * dim * num_active + (bits + math.ceil(math.log2(num_active))) * nnz
 
 
+@ft.partial(jax.jit, static_argnums=(1,))
 def _init_dictionary(X: Array, num_atoms: int, key: PRNGKeyArray) -> Array:
+    # K distinct random columns (the K smallest of N uniform scores: cheaper to compile than
+    # `jr.choice(replace=False)`'s shuffle); with K > N, columns repeat.
     N = X.shape[1]
-    idx = jr.choice(key, N, (num_atoms,), replace=num_atoms > N)
+    scores = jr.uniform(key, (N,), X.dtype)
+    idx = jnp.argsort(scores)[jnp.arange(num_atoms) % N]
     D = X[:, idx]
     norms = jnp.linalg.norm(D, axis=0, keepdims=True)
     return D / jnp.where(norms > 0, norms, 1)
