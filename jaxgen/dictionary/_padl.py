@@ -78,7 +78,7 @@ def _check_data(X: Any, name: str = "X") -> Array:
                          f"shape {X.shape}.")
     if not jnp.issubdtype(X.dtype, jnp.floating):
         raise TypeError(f"`{name}` must have a floating dtype, got {X.dtype}.")
-    if not bool(jnp.all(jnp.isfinite(X))):
+    if not bool(_all_finite(X)):
         raise ValueError(f"`{name}` contains NaN or inf.")
     return X
 
@@ -88,6 +88,21 @@ def _check_nonnegative(value: Any, name: str) -> float:
     if not (math.isfinite(value) and value >= 0):
         raise ValueError(f"`{name}` must be a finite number >= 0, got {value}.")
     return value
+
+
+@jax.jit
+def _l1_and_row_max(R: Array) -> tuple[Array, Array]:
+    return jnp.sum(jnp.abs(R)), jnp.max(jnp.abs(R), axis=1)
+
+
+@jax.jit
+def _all_finite(X: Array) -> Array:
+    return jnp.all(jnp.isfinite(X))
+
+
+@jax.jit
+def _default_lam1(D: Array, X: Array) -> Array:
+    return 0.1 * jnp.median(jnp.max(jnp.abs(D.T @ X), axis=0))
 
 
 def estimate_hyperparameters(
@@ -127,18 +142,20 @@ def estimate_hyperparameters(
     """
     d, N = X.shape
     K = R.shape[0]
+    zero = jnp.zeros((), X.dtype)  # strongly typed, as in the fit loop: one compiled call
     _, rss, nnz, num_active = (float(v) for v in _objective_parts(
-        X, D, R, 0.0, 0.0, penalty="count"))
+        X, D, R, zero, zero, penalty="count"))
     if nnz == 0:
         raise ValueError("cannot estimate hyper-parameters from an empty dictionary (all codes "
                          "are 0): lower lam0/lam1 or give a better start.")
     dof = max(N * d - nnz - d * num_active, 1.0)
     sigma2 = rss / dof
-    beta = float(jnp.sum(jnp.abs(R))) / (num_active * N)
+    l1, row_max = _l1_and_row_max(R)
+    beta = float(l1) / (num_active * N)
     rho = (num_active + a0 - 1) / max(K + a0 + b0 - 2, 1)
     rho = min(max(rho, 1 / K), 1 - 1 / K) if K > 1 else 0.5
     lam0 = sigma2 * (bits * d * math.log(2) + math.log((1 - rho) / rho))
-    row_max = np.asarray(jnp.max(jnp.abs(R), axis=1))
+    row_max = np.asarray(row_max)
     m_hat = float(np.median(row_max[row_max > 0]))
     return {"sigma2": sigma2, "beta": beta, "rho": rho, "lam1": sigma2 / beta,
             "lam0": max(lam0, 0.0), "lam2": max(lam0, 0.0) / m_hat}
@@ -427,7 +444,7 @@ def fit_padl(
     if "lam1" in fixed:
         lam1 = fixed["lam1"]
     else:
-        lam1 = 0.1 * float(jnp.median(jnp.max(jnp.abs(D.T @ X), axis=0)))
+        lam1 = float(_default_lam1(D, X))
     history: dict[str, list[float]] = {}
     if warmup_steps > 0:
         state, *_ = _alternate(X, state, lam1, 0.0, 0.0, steps=warmup_steps, ramp_steps=0,
@@ -447,6 +464,7 @@ def fit_padl(
         grid = (hp["sigma2"] * 2.0 ** np.linspace(0, 14, path_size) if path_grid is None
                 else np.sort(np.asarray(path_grid, dtype=float)))
         snapshots, rows = [], []
+        x_energy = float(np.sum(np.asarray(X, np.float64) ** 2))
         prev = 0.0
         for lam in grid:
             lam_p = float(lam)
@@ -454,10 +472,11 @@ def fit_padl(
                                               ramp_steps=ramp_steps if prev == 0 else 2,
                                               history=None, **common)
             prev = lam_p
+            zero = jnp.zeros((), X.dtype)
             _, rss, nnz, num_active = (float(v) for v in _objective_parts(
-                X, state.D, state.R, 0.0, 0.0, penalty="count"))
+                X, state.D, state.R, zero, zero, penalty="count"))
             rows.append((lam_p, num_active, nnz / N, rss,
-                         math.sqrt(rss / float(jnp.sum(X**2))),
+                         math.sqrt(rss / x_energy),
                          storage_bits(state.R, dim=d, bits=bits)))
             snapshots.append(state)
         cols = list(zip(*rows, strict=True))
