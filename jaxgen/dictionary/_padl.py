@@ -161,7 +161,7 @@ def estimate_hyperparameters(
             "lam0": max(lam0, 0.0), "lam2": max(lam0, 0.0) / m_hat}
 
 
-_FULL_WIDTH_PRUNE = 2048
+_FULL_WIDTH_PRUNE = 512
 
 
 def _bucket(n: int) -> int:
@@ -206,7 +206,7 @@ def prune_refit(
         if support.size == 0:
             act[k] = False
             continue
-        # Small problems use one full-width shape (one compile); large ones pad the subset of
+        # Small problems (N <= 512) use one full-width shape (one compile); larger ones pad the subset of
         # columns to a power of four (few compiles, little wasted work).
         N = Xh.shape[1]
         m = N if N <= _FULL_WIDTH_PRUNE else min(_bucket(support.size), N)
