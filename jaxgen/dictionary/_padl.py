@@ -206,8 +206,8 @@ def prune_refit(
         if support.size == 0:
             act[k] = False
             continue
-        # Small problems (N <= 512) use one full-width shape (one compile); larger ones pad the subset of
-        # columns to a power of four (few compiles, little wasted work).
+        # Small problems (N <= 512) use one full-width shape (one compile); larger ones pad the
+        # subset of columns to a power of four (few compiles, little wasted work).
         N = Xh.shape[1]
         m = N if N <= _FULL_WIDTH_PRUNE else min(_bucket(support.size), N)
         XS = np.zeros((Xh.shape[0], m), Xh.dtype)
