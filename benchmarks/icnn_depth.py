@@ -39,7 +39,7 @@ PAPER = "On the Depth of Monotone ReLU Neural Networks and ICNNs (arXiv:2505.061
 
 CONFIGS = {
     "quick": {
-        "n_values": [4], "widths": [16, 64], "seeds": 2, "relu_plus_seeds": 1, "steps": 2000,
+        "n_values": [4], "widths": [16, 64], "seeds": 2, "relu_plus_seeds": 1, "steps": 1000,
         "batch": 256, "lr": 3e-3, "relu_plus_width": 64, "relu_plus_hidden": [1, 2, 3],
         "relu_width": 64, "test_points": 20000, "sup_samples": 2048, "sup_starts": 16,
         "sup_ascent": 40, "sep_k": [2, 3], "sep_icnn_hidden": [1, 3], "sep_icnn_width": 32,
