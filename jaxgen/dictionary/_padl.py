@@ -4,11 +4,13 @@ The outer alternation (R-step, prune-and-refit, D-step, hyper-parameter rounds) 
 over jitted, fixed-shape steps; inactive atoms are masks, so nothing recompiles as atoms die.
 """
 
+import functools as ft
 import math
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 
+import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
@@ -76,7 +78,7 @@ def _check_data(X: Any, name: str = "X") -> Array:
                          f"shape {X.shape}.")
     if not jnp.issubdtype(X.dtype, jnp.floating):
         raise TypeError(f"`{name}` must have a floating dtype, got {X.dtype}.")
-    if not bool(jnp.all(jnp.isfinite(X))):
+    if not bool(_all_finite(X)):
         raise ValueError(f"`{name}` contains NaN or inf.")
     return X
 
@@ -86,6 +88,21 @@ def _check_nonnegative(value: Any, name: str) -> float:
     if not (math.isfinite(value) and value >= 0):
         raise ValueError(f"`{name}` must be a finite number >= 0, got {value}.")
     return value
+
+
+@jax.jit
+def _l1_and_row_max(R: Array) -> tuple[Array, Array]:
+    return jnp.sum(jnp.abs(R)), jnp.max(jnp.abs(R), axis=1)
+
+
+@jax.jit
+def _all_finite(X: Array) -> Array:
+    return jnp.all(jnp.isfinite(X))
+
+
+@jax.jit
+def _default_lam1(D: Array, X: Array) -> Array:
+    return 0.1 * jnp.median(jnp.max(jnp.abs(D.T @ X), axis=0))
 
 
 def estimate_hyperparameters(
@@ -125,21 +142,26 @@ def estimate_hyperparameters(
     """
     d, N = X.shape
     K = R.shape[0]
+    zero = jnp.zeros((), X.dtype)  # strongly typed, as in the fit loop: one compiled call
     _, rss, nnz, num_active = (float(v) for v in _objective_parts(
-        X, D, R, 0.0, 0.0, penalty="count"))
+        X, D, R, zero, zero, penalty="count"))
     if nnz == 0:
         raise ValueError("cannot estimate hyper-parameters from an empty dictionary (all codes "
                          "are 0): lower lam0/lam1 or give a better start.")
     dof = max(N * d - nnz - d * num_active, 1.0)
     sigma2 = rss / dof
-    beta = float(jnp.sum(jnp.abs(R))) / (num_active * N)
+    l1, row_max = _l1_and_row_max(R)
+    beta = float(l1) / (num_active * N)
     rho = (num_active + a0 - 1) / max(K + a0 + b0 - 2, 1)
     rho = min(max(rho, 1 / K), 1 - 1 / K) if K > 1 else 0.5
     lam0 = sigma2 * (bits * d * math.log(2) + math.log((1 - rho) / rho))
-    row_max = np.asarray(jnp.max(jnp.abs(R), axis=1))
+    row_max = np.asarray(row_max)
     m_hat = float(np.median(row_max[row_max > 0]))
     return {"sigma2": sigma2, "beta": beta, "rho": rho, "lam1": sigma2 / beta,
             "lam0": max(lam0, 0.0), "lam2": max(lam0, 0.0) / m_hat}
+
+
+_FULL_WIDTH_PRUNE = 512
 
 
 def _bucket(n: int) -> int:
@@ -184,7 +206,10 @@ def prune_refit(
         if support.size == 0:
             act[k] = False
             continue
-        m = min(_bucket(support.size), Xh.shape[1])
+        # Small problems (N <= 512) use one full-width shape (one compile); larger ones pad the
+        # subset of columns to a power of four (few compiles, little wasted work).
+        N = Xh.shape[1]
+        m = N if N <= _FULL_WIDTH_PRUNE else min(_bucket(support.size), N)
         XS = np.zeros((Xh.shape[0], m), Xh.dtype)
         RS = np.zeros((Rh.shape[0], m), Rh.dtype)
         XS[:, : support.size] = Xh[:, support]
@@ -229,9 +254,13 @@ def storage_bits(
     return bits * dim * num_active + (bits + math.ceil(math.log2(num_active))) * nnz
 
 
+@ft.partial(jax.jit, static_argnums=(1,))
 def _init_dictionary(X: Array, num_atoms: int, key: PRNGKeyArray) -> Array:
+    # K distinct random columns (the K smallest of N uniform scores: cheaper to compile than
+    # `jr.choice(replace=False)`'s shuffle); with K > N, columns repeat.
     N = X.shape[1]
-    idx = jr.choice(key, N, (num_atoms,), replace=num_atoms > N)
+    scores = jr.uniform(key, (N,), X.dtype)
+    idx = jnp.argsort(scores)[jnp.arange(num_atoms) % N]
     D = X[:, idx]
     norms = jnp.linalg.norm(D, axis=0, keepdims=True)
     return D / jnp.where(norms > 0, norms, 1)
@@ -415,7 +444,7 @@ def fit_padl(
     if "lam1" in fixed:
         lam1 = fixed["lam1"]
     else:
-        lam1 = 0.1 * float(jnp.median(jnp.max(jnp.abs(D.T @ X), axis=0)))
+        lam1 = float(_default_lam1(D, X))
     history: dict[str, list[float]] = {}
     if warmup_steps > 0:
         state, *_ = _alternate(X, state, lam1, 0.0, 0.0, steps=warmup_steps, ramp_steps=0,
@@ -435,6 +464,7 @@ def fit_padl(
         grid = (hp["sigma2"] * 2.0 ** np.linspace(0, 14, path_size) if path_grid is None
                 else np.sort(np.asarray(path_grid, dtype=float)))
         snapshots, rows = [], []
+        x_energy = float(np.sum(np.asarray(X, np.float64) ** 2))
         prev = 0.0
         for lam in grid:
             lam_p = float(lam)
@@ -442,10 +472,11 @@ def fit_padl(
                                               ramp_steps=ramp_steps if prev == 0 else 2,
                                               history=None, **common)
             prev = lam_p
+            zero = jnp.zeros((), X.dtype)
             _, rss, nnz, num_active = (float(v) for v in _objective_parts(
-                X, state.D, state.R, 0.0, 0.0, penalty="count"))
+                X, state.D, state.R, zero, zero, penalty="count"))
             rows.append((lam_p, num_active, nnz / N, rss,
-                         math.sqrt(rss / float(jnp.sum(X**2))),
+                         math.sqrt(rss / x_energy),
                          storage_bits(state.R, dim=d, bits=bits)))
             snapshots.append(state)
         cols = list(zip(*rows, strict=True))

@@ -60,9 +60,7 @@ def padl_objective(
         dictionary learning. arXiv 2606.22352.
     """
     _check_penalty(penalty)
-    residual = X - D @ R
-    return (0.5 * jnp.sum(residual**2) + lam1 * jnp.sum(jnp.abs(R))
-            + _row_penalty(R, lam_row, penalty))
+    return _objective_parts(X, D, R, lam1, lam_row, penalty=penalty)[0]
 
 
 def lipschitz_constant(D: Float[Array, "d K"], active: Bool[Array, " K"]) -> Float[Array, ""]:
@@ -107,6 +105,9 @@ def fista_codes(
         Beck, Teboulle. Fast gradient-based algorithms for constrained total variation image
         denoising and deblurring problems (MFISTA). IEEE TIP 2009.
     """
+    # strongly typed scalars: python floats and arrays then share one compiled solver
+    lam1 = jnp.asarray(lam1, X.dtype)
+    lam_row = jnp.asarray(lam_row, X.dtype)
     return _fista(X, D, R0, lam1, lam_row, active, penalty=penalty, num_steps=num_steps)[0]
 
 
@@ -185,11 +186,17 @@ def dict_update(
     return jax.lax.fori_loop(0, D.shape[1], body, D)
 
 
-@ft.partial(jax.jit, static_argnames=("penalty", "num_steps", "deactivate"))
 def _r_step(X, D, R, lam1, lam_row, active, *, penalty, num_steps, deactivate):
+    # `deactivate` is traced (not static): one compiled R-step serves warm-up and main loop
+    return _r_step_jit(X, D, R, lam1, lam_row, active, jnp.asarray(deactivate),
+                       penalty=penalty, num_steps=num_steps)
+
+
+@ft.partial(jax.jit, static_argnames=("penalty", "num_steps"))
+def _r_step_jit(X, D, R, lam1, lam_row, active, deactivate, *, penalty, num_steps):
     R = _fista(X, D, R, lam1, lam_row, active, penalty=penalty, num_steps=num_steps)[0]
-    if deactivate:  # a row the penalty zeroed is dropped for good (never re-initialised)
-        active = active & jnp.any(R != 0, axis=1)
+    # a row the penalty zeroed is dropped for good (never re-initialised)
+    active = jnp.where(deactivate, active & jnp.any(R != 0, axis=1), active)
     return R, active
 
 

@@ -110,18 +110,6 @@ def _raw_from_effective(w: Array, mode: str) -> Array:
     return _inverse_softplus(w) if mode == "softplus" else w
 
 
-def _nonneg_init(key: PRNGKeyArray, shape: tuple[int, ...], dtype: Any, mode: str) -> Array:
-    """Effective entries ``exp(0.5 N(0,1)) / fan_in`` (mean ~1.13 / fan_in), stored as raw."""
-    fan_in = shape[-1]
-    eff = jnp.exp(0.5 * jr.normal(key, shape, dtype)) / fan_in
-    return _raw_from_effective(eff, mode)
-
-
-def _free_init(key: PRNGKeyArray, shape: tuple[int, ...], dtype: Any) -> Array:
-    """He-style init ``N(0, 2 / fan_in)`` for free weights."""
-    return jr.normal(key, shape, dtype) * math.sqrt(2.0 / shape[-1])
-
-
 def _load_nonneg(name: str, value: ArrayLike, shape: tuple[int, ...], dtype: Any, mode: str,
                  project: bool, cls: str) -> Array:
     arr = jnp.asarray(value, dtype=dtype)
@@ -163,49 +151,114 @@ def _load_free(name: str, value: ArrayLike, shape: tuple[int, ...], dtype: Any, 
     return arr
 
 
-# One jitted initialiser per network type: a single compiled call per shape instead of dozens
-# of eager ops (each of which would compile separately for every new shape).
+# Random init without per-architecture compilation of the PRNG. Drawing every weight with its own
+# `jr.normal` call inside one jitted initialiser put one threefry kernel per weight matrix into
+# the compiled program (about 0.4 CPU s of XLA compile each, paid again for every new set of
+# widths). Instead, standard normals come in fixed-size blocks from ONE compiled sampler per
+# dtype (block i uses `fold_in(key, i)`), and a cheap jitted assembly (slices, exp, scaling; no
+# PRNG) cuts them into weights. Still traceable: vmapping over keys works.
+
+_NORMAL_BLOCK = 4096
+
+
+@ft.partial(jax.jit, static_argnums=(1,))
+def _normal_block(key: PRNGKeyArray, dtype: Any) -> Array:
+    return jr.normal(key, (_NORMAL_BLOCK,), dtype)
+
+
+def _standard_normals(key: PRNGKeyArray, count: int, dtype: Any) -> list[Array]:
+    """``ceil(count / block)`` blocks of i.i.d. N(0, 1) (the assembly slices what it needs)."""
+    num = max(1, -(-count // _NORMAL_BLOCK))
+    return [_normal_block(jr.fold_in(key, i), dtype) for i in range(num)]
+
+
+def _take(blocks: list[Array], offset: int, shape: tuple[int, ...]) -> tuple[Array, int]:
+    size = math.prod(shape)
+    flat = blocks[0] if len(blocks) == 1 else jnp.concatenate(blocks)
+    return jnp.reshape(flat[offset:offset + size], shape), offset + size
+
+
+def _nonneg_from_normal(z: Array, mode: str) -> Array:
+    """Effective entries ``exp(0.5 z) / fan_in`` (mean ~1.13 / fan_in), stored as raw."""
+    return _raw_from_effective(jnp.exp(0.5 * z) / z.shape[-1], mode)
+
+
+def _free_from_normal(z: Array) -> Array:
+    """He-style init ``N(0, 2 / fan_in)`` for free weights."""
+    return z * math.sqrt(2.0 / z.shape[-1])
+
+
+def _matrix_shapes(in_size: int, widths: tuple[int, ...]) -> list[tuple[int, ...]]:
+    sizes = (in_size, *widths)
+    return [(sizes[i + 1], sizes[i]) for i in range(len(widths))] + [(widths[-1],)]
+
+
+def _num_params(shapes: list[tuple[int, ...]]) -> int:
+    return sum(math.prod(s) for s in shapes)
 
 
 @ft.partial(jax.jit, static_argnums=(1, 2, 3))
-def _init_relu_net(key: PRNGKeyArray, in_size: int, widths: tuple[int, ...], dtype: Any) -> Any:
-    sizes = (in_size, *widths)
-    keys = jr.split(key, len(widths) + 1)
-    weights = tuple(
-        _free_init(k, (sizes[i + 1], sizes[i]), dtype) for i, k in enumerate(keys[:-1])
-    )
+def _assemble_relu_net(blocks: list[Array], in_size: int, widths: tuple[int, ...],
+                       dtype: Any) -> Any:
+    off, mats = 0, []
+    for shape in _matrix_shapes(in_size, widths):
+        z, off = _take(blocks, off, shape)
+        mats.append(_free_from_normal(z))
     biases = tuple(jnp.zeros((m,), dtype) for m in widths)
-    return weights, biases, _free_init(keys[-1], (widths[-1],), dtype), jnp.zeros((), dtype)
+    return tuple(mats[:-1]), biases, mats[-1], jnp.zeros((), dtype)
 
 
 @ft.partial(jax.jit, static_argnums=(1, 2, 3, 4))
-def _init_relu_plus(key: PRNGKeyArray, in_size: int, widths: tuple[int, ...], dtype: Any,
-                    mode: str) -> Any:
-    sizes = (in_size, *widths)
-    keys = jr.split(key, len(widths) + 1)
-    weights = tuple(
-        _nonneg_init(k, (sizes[i + 1], sizes[i]), dtype, mode) for i, k in enumerate(keys[:-1])
-    )
+def _assemble_relu_plus(blocks: list[Array], in_size: int, widths: tuple[int, ...], dtype: Any,
+                        mode: str) -> Any:
+    off, mats = 0, []
+    for shape in _matrix_shapes(in_size, widths):
+        z, off = _take(blocks, off, shape)
+        mats.append(_nonneg_from_normal(z, mode))
     # Centre the first pre-activation roughly at 0 on [-1, 1]^n inputs; later layers see
     # non-negative inputs of mean ~0.5, so start their biases slightly negative.
     biases = tuple(jnp.full((m,), 0.0 if i == 0 else -0.5, dtype) for i, m in enumerate(widths))
-    w_out = _nonneg_init(keys[-1], (widths[-1],), dtype, mode)
-    return weights, biases, w_out, jnp.zeros((), dtype)
+    return tuple(mats[:-1]), biases, mats[-1], jnp.zeros((), dtype)
+
+
+def _icnn_shapes(in_size: int, widths: tuple[int, ...]) -> list[tuple[int, ...]]:
+    L = len(widths)
+    return ([(m, in_size) for m in widths] + [(widths[i + 1], widths[i]) for i in range(L - 1)]
+            + [(widths[-1],), (in_size,)])
 
 
 @ft.partial(jax.jit, static_argnums=(1, 2, 3, 4))
+def _assemble_icnn(blocks: list[Array], in_size: int, widths: tuple[int, ...], dtype: Any,
+                   mode: str) -> Any:
+    L = len(widths)
+    off, zs = 0, []
+    for shape in _icnn_shapes(in_size, widths):
+        z, off = _take(blocks, off, shape)
+        zs.append(z)
+    A = tuple(_free_from_normal(z) for z in zs[:L])
+    W = tuple(_nonneg_from_normal(z, mode) for z in zs[L:2 * L - 1])
+    w = _nonneg_from_normal(zs[2 * L - 1], mode)
+    a = zs[2 * L] / math.sqrt(in_size)
+    b = tuple(jnp.zeros((m,), dtype) for m in widths)
+    return A, b, W, w, a, jnp.zeros((), dtype)
+
+
+def _init_relu_net(key: PRNGKeyArray, in_size: int, widths: tuple[int, ...], dtype: Any) -> Any:
+    count = _num_params(_matrix_shapes(in_size, widths))
+    return _assemble_relu_net(_standard_normals(key, count, dtype), in_size, widths, dtype)
+
+
+def _init_relu_plus(key: PRNGKeyArray, in_size: int, widths: tuple[int, ...], dtype: Any,
+                    mode: str) -> Any:
+    count = _num_params(_matrix_shapes(in_size, widths))
+    return _assemble_relu_plus(_standard_normals(key, count, dtype), in_size, widths, dtype,
+                               mode)
+
+
 def _init_icnn(key: PRNGKeyArray, in_size: int, widths: tuple[int, ...], dtype: Any,
                mode: str) -> Any:
-    L = len(widths)
-    k_a, k_w, k_out, k_skip = jr.split(key, 4)
-    ka = jr.split(k_a, L)
-    kw = jr.split(k_w, max(L - 1, 1))
-    A = tuple(_free_init(ka[i], (m, in_size), dtype) for i, m in enumerate(widths))
-    b = tuple(jnp.zeros((m,), dtype) for m in widths)
-    W = tuple(_nonneg_init(kw[i], (widths[i + 1], widths[i]), dtype, mode) for i in range(L - 1))
-    w = _nonneg_init(k_out, (widths[-1],), dtype, mode)
-    a = jr.normal(k_skip, (in_size,), dtype) / math.sqrt(in_size)
-    return A, b, W, w, a, jnp.zeros((), dtype)
+    count = _num_params(_icnn_shapes(in_size, widths))
+    return _assemble_icnn(_standard_normals(key, count, dtype), in_size, widths, dtype, mode)
 
 
 # --------------------------------------------------------------------------------------------
@@ -631,6 +684,12 @@ def center_biases(model: Any, x: Float[Array, "batch dim"]) -> Any:
         raise ValueError(
             f"`x` must have shape (batch, {model.in_size}), got {x.shape}."
         )
+    return _center_biases(model, x)
+
+
+@eqx.filter_jit
+def _center_biases(model: Any, x: Array) -> Any:
+    # one compiled call per architecture instead of a dozen eager ops (each compiled per shape)
     if isinstance(model, ICNN):
         Ws, _ = model.effective_weights()
         new_b, z = [], None

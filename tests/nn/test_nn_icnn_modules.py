@@ -33,6 +33,20 @@ CLASSES_FAST_ICNN = [pytest.param(ReLUNet, marks=pytest.mark.slow),
                      pytest.param(ReLUPlusNet, marks=pytest.mark.slow), ICNN]
 
 
+# Test data come from numpy (a `jr.normal` per new shape costs a threefry compile); models share
+# a few architectures so their compiled initialisers and calls are reused across tests.
+ARCH = (3, (5, 4, 2))
+
+
+def _data(seed, shape, low=None, high=None):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape) if low is None else rng.uniform(low, high, shape)
+    return jnp.asarray(x)
+
+
+_batched = eqx.filter_jit(lambda m, x: jax.vmap(m)(x))
+
+
 def _min_constrained(model):
     ws, w = model.effective_weights()
     return min([float(jnp.min(v)) for v in ws] + [float(jnp.min(w))])
@@ -40,9 +54,9 @@ def _min_constrained(model):
 
 @pytest.mark.parametrize("cls", CLASSES_FAST_ICNN)
 def test_depth_convention_shapes_dtype(cls, getkey):
-    model = cls(3, (5, 4, 2), key=getkey())
+    model = cls(*ARCH, key=getkey())
     assert model.n_hidden == 3 and model.depth == 4
-    x = jr.normal(getkey(), (3,))
+    x = _data(0, (3,))
     assert model(x).shape == ()
     m32 = cls(3, [4], key=getkey(), dtype=jnp.float32)
     assert m32(x.astype(jnp.float32)).dtype == jnp.float32
@@ -51,8 +65,8 @@ def test_depth_convention_shapes_dtype(cls, getkey):
 
 @pytest.mark.parametrize("cls", CLASSES_FAST_ICNN)
 def test_eager_jit_vmap_grad(cls, getkey):
-    model = cls(3, (6, 5), key=getkey())
-    xs = jr.normal(getkey(), (7, 3))
+    model = cls(*ARCH, key=getkey())
+    xs = _data(1, (5, 3))
     eager = jnp.stack([model(x) for x in xs])
     batched = eqx.filter_jit(jax.vmap(model))(xs)
     chex.assert_trees_all_close(batched, eager, rtol=1e-12, atol=1e-12)
@@ -62,18 +76,25 @@ def test_eager_jit_vmap_grad(cls, getkey):
 
 
 def test_softplus_weights_positive_and_init_scale(getkey):
-    model = ICNN(4, (32, 32, 32), key=getkey())
+    model = ICNN(3, (16,) * 3, key=getkey())  # the architectures of test_nn_icnn_checks
     assert _min_constrained(model) > 0
-    xs = jr.uniform(getkey(), (256, 4), minval=-1, maxval=1)
-    out = jax.jit(jax.vmap(model))(xs)
+    xs = _data(2, (256, 4), -1.0, 1.0)
+    out = _batched(model, xs[:, :3])
     assert float(jnp.std(out)) < 10.0  # mean-1/fan_in init keeps activations O(1) with depth
-    plus = ReLUPlusNet(4, (32,) * 4, key=getkey())
-    assert float(jnp.max(jnp.abs(jax.jit(jax.vmap(plus))(xs)))) < 10.0
+    plus = ReLUPlusNet(4, (16,) * 3, key=getkey())
+    assert float(jnp.max(jnp.abs(_batched(plus, xs)))) < 10.0
+    # the init rule: effective non-negative entries exp(0.5 N(0,1)) / fan_in, He-normal skips
+    eff = np.concatenate([np.ravel(v) for v in model.effective_weights()[0]]) * 16
+    np.testing.assert_allclose(np.mean(np.log(eff)), 0.0, atol=0.07)  # 512 entries: 3 se
+    np.testing.assert_allclose(np.std(np.log(eff)), 0.5, atol=0.05)
+    np.testing.assert_allclose(np.std(np.asarray(model.A[0])), np.sqrt(2 / 3), rtol=0.15)
 
 
-@pytest.mark.parametrize("cls", [ICNN, pytest.param(ReLUPlusNet, marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("cls", [ICNN, ReLUPlusNet])
 def test_projection_after_each_optax_update_is_exact(cls, getkey):
-    """Check 6: every step of Adam chained with nonneg_projection lands on W >= 0 exactly."""
+    """Check 6: every step of Adam chained with nonneg_projection lands on W >= 0 exactly.
+    (Fast version: test_nn_icnn_checks.py::test_corner_floor_after_training, project case.)"""
     model = cls(3, (8, 8), key=getkey(), mode="project")
     opt = optax.chain(optax.adam(0.3), nonneg_projection())
     state = opt.init(eqx.filter(model, eqx.is_inexact_array))
@@ -89,6 +110,15 @@ def test_projection_after_each_optax_update_is_exact(cls, getkey):
     assert zeros > 0  # the projection was active (exact zeros appear)
 
 
+@eqx.filter_jit
+def _overshoot(model):
+    params = eqx.filter(model, eqx.is_inexact_array)
+    push = jax.tree_util.tree_map(lambda v: -2.0 * jnp.abs(v) - 1.0, params)
+    proj = nonneg_projection()
+    upd, _ = proj.update(push, proj.init(params), params)
+    return eqx.apply_updates(model, upd), eqx.apply_updates(model, push)
+
+
 def test_project_nonneg_and_check_constraints(getkey):
     model = ICNN(2, (3, 3), key=getkey(), mode="project")
     bad = eqx.tree_at(lambda m: m.w_raw, model, -jnp.ones(3))
@@ -96,6 +126,10 @@ def test_project_nonneg_and_check_constraints(getkey):
         jax.block_until_ready(jax.jit(lambda m: check_constraints(m).w_raw)(bad))
     fixed = project_nonneg(bad)
     assert float(jnp.min(fixed.w_raw)) == 0.0
+    # the optax transformation: an update overshooting below 0 lands exactly on 0
+    landed, pushed = _overshoot(model)
+    assert all(bool(jnp.all(v == 0.0)) for v in (*landed.W_raw, landed.w_raw))
+    chex.assert_trees_all_close(landed.A, pushed.A)  # free weights move unprojected
     chex.assert_trees_all_close(check_constraints(fixed).w_raw, fixed.w_raw)
     # softplus modules are left alone
     soft = ICNN(2, (3,), key=getkey())
@@ -169,12 +203,17 @@ def test_nonneg_projection_needs_params():
         nonneg_projection().update({}, nonneg_projection().init({}))
 
 
+@pytest.mark.slow
 def test_fit_on_box_trains_and_projects(getkey):
     model = icnn_max_exact(3)
     noisy = eqx.tree_at(lambda m: m.w_raw, model, jnp.array([-0.2]))  # infeasible start
     res = fit_on_box(noisy, max_n, key=getkey(), num_steps=3, batch_size=16,
                      optimizer=optax.adam(1e-3))
     assert float(res.model.w_raw[0]) >= 0.0 and res.losses.shape == (3,)
+
+
+def test_fit_on_box_bad_input(getkey):
+    # (fast training through fit_on_box with projection: test_corner_floor_after_training)
     with pytest.raises(TypeError, match="`model` must be a jaxgen.nn network"):
         fit_on_box(lambda x: x, max_n, key=getkey(), num_steps=1, optimizer=optax.adam(1e-3))
     with pytest.raises(ValueError, match="need `high` > `low`"):
@@ -182,22 +221,25 @@ def test_fit_on_box_trains_and_projects(getkey):
 
 
 def test_center_biases_zero_mean_preactivations(getkey):
-    x = jr.uniform(getkey(), (64, 3), minval=-1.0, maxval=1.0)
+    x = _data(3, (64, 3), -1.0, 1.0)
     icnn = ICNN(3, (5, 4), key=getkey())
     m = center_biases(icnn, x)
-    pre1 = x @ m.A[0].T + m.b[0][None, :]
-    (W2,), _ = m.effective_weights()
-    pre2 = jax.nn.relu(pre1) @ W2.T + x @ m.A[1].T + m.b[1][None, :]
-    np.testing.assert_allclose(np.asarray(pre1.mean(0)), 0.0, atol=1e-12)
-    np.testing.assert_allclose(np.asarray(pre2.mean(0)), 0.0, atol=1e-12)
+    # float64 numpy reference of the pre-activations (no eager jnp ops to compile)
+    xn = np.asarray(x)
+    A1, A2, b1, b2 = (np.asarray(v) for v in (*m.A, *m.b))
+    W2 = np.asarray(m.effective_weights()[0][0])
+    pre1 = xn @ A1.T + b1[None, :]
+    pre2 = np.maximum(pre1, 0) @ W2.T + xn @ A2.T + b2[None, :]
+    np.testing.assert_allclose(pre1.mean(0), 0.0, atol=1e-12)
+    np.testing.assert_allclose(pre2.mean(0), 0.0, atol=1e-12)
     # only the free biases move: constrained weights and skips are untouched
     chex.assert_trees_all_equal((m.A, m.W_raw, m.w_raw, m.a), (icnn.A, icnn.W_raw, icnn.w_raw,
                                                               icnn.a))
     plus = center_biases(ReLUPlusNet(3, (6, 6), key=getkey()), x)
     (W1, W2), _ = plus.effective_weights()
-    h1 = x @ W1.T + plus.biases[0][None, :]
-    h2 = jax.nn.relu(h1) @ W2.T + plus.biases[1][None, :]
-    np.testing.assert_allclose(np.asarray(h2.mean(0)), 0.0, atol=1e-12)
+    h1 = xn @ np.asarray(W1).T + np.asarray(plus.biases[0])[None, :]
+    h2 = np.maximum(h1, 0) @ np.asarray(W2).T + np.asarray(plus.biases[1])[None, :]
+    np.testing.assert_allclose(h2.mean(0), 0.0, atol=1e-12)
     with pytest.raises(ValueError, match="`x` must have shape"):
         center_biases(icnn, jnp.zeros((8, 4)))
     with pytest.raises(TypeError, match="`model` must be"):
