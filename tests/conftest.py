@@ -28,6 +28,7 @@ UNTIMED_FAMILIES = {"bridges", "dictionary", "discrete", "pde"} - set(os.environ
 NOTEBOOK_TESTS = "tests/test_notebooks.py::"
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, absent in serial runs (-p no:xdist)
 def pytest_xdist_make_scheduler(config, log):
     # `make test` runs under pytest-xdist: one test module is one unit of work (its module-scoped
     # fixtures and compiled functions are built once), and each notebook is a unit of its own.
