@@ -165,8 +165,8 @@ def test_sedd_and_gidd_losses(tiny):
         D.gidd_loss(n, s, x, k, weighting="dynamic"), D.gidd_loss(n, s, x, k)]))(net, x, _rbg(5))
     assert bool(jnp.all(jnp.isfinite(vals) & (vals > 0))), vals
     # GIDD's ELBO integrand on the masked schedule is MDLM's (same times and noise)
-    gidd, mdlm = eqx.filter_jit(lambda n, x, k: (D.gidd_loss(n, sm, x, k), D.mdlm_loss(n, sm, x, k)))(
-        nm, x, _rbg(6))
+    gidd, mdlm = eqx.filter_jit(
+        lambda n, x, k: (D.gidd_loss(n, sm, x, k), D.mdlm_loss(n, sm, x, k)))(nm, x, _rbg(6))
     np.testing.assert_allclose(gidd, mdlm, rtol=1e-10)
 
 

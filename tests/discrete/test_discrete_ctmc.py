@@ -3,7 +3,6 @@ identities, non-negativity, sampler statistics and end-to-end TV with exact rate
 
 import itertools
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
@@ -113,7 +112,8 @@ def test_c3_gradient_equivalence(kind):
     s = SCHEDULES[kind]
     v = s.vocab_size
     rng = np.random.default_rng(3)
-    theta = (jnp.asarray(rng.normal(size=(v ** L, L))), jnp.asarray(rng.normal(size=(v ** L, L, v))))
+    theta = (jnp.asarray(rng.normal(size=(v ** L, L))),
+             jnp.asarray(rng.normal(size=(v ** L, L, v))))
 
     @jax.jit
     def run(theta):
