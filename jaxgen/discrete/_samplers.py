@@ -123,8 +123,9 @@ def sample_rates(key: PRNGKeyArray, rate_fn: RateFn, schedule: InterpolatingSche
     if not 0.0 <= t_eps < 0.5:
         raise ValueError(f"`t_eps` must lie in [0, 0.5), got {t_eps}.")
     max_events = 4 * length if max_events is None else max_events
-    return _sample_rates(key, rate_fn, schedule, num, length, jnp.asarray(steps), method, t_eps,
-                         max_events)
+    # jitted with the step count traced: one compilation per rate_fn serves every K
+    return _sample_rates_jit(key, rate_fn, schedule, num, length, jnp.asarray(steps), method,
+                             t_eps, max_events)
 
 
 def _sample_rates(key, rate_fn, schedule, num, length, steps, method, t_eps, max_events):
@@ -150,6 +151,9 @@ def _sample_rates(key, rate_fn, schedule, num, length, steps, method, t_eps, max
     t_last = jnp.asarray(t_eps, dtype)
     return jax.vmap(_final_fill, in_axes=(0, 0, None, None, None))(
         jr.split(kfill, num), z, rate_fn, t_last, schedule)
+
+
+_sample_rates_jit = eqx.filter_jit(_sample_rates)
 
 
 @eqx.filter_jit

@@ -1,5 +1,7 @@
 """Public API of jaxgen.discrete: bad input, eager == jit, vmap == loop, gradients, C8."""
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -12,8 +14,8 @@ import jaxgen.discrete as D
 from jaxgen.core import adamw_cosine, fit
 
 
-def test_bad_input(getkey):
-    s = D.uniform_schedule(4)
+def test_bad_input(tiny):
+    s, model = tiny["uniform"]
     x = jnp.array([0, 1, 2])
     with pytest.raises(ValueError, match="needs a `mask_id`"):
         D.InterpolatingSchedule("masked", 4)
@@ -22,7 +24,7 @@ def test_bad_input(getkey):
     with pytest.raises(ValueError, match="`mask_id` must be num_tokens"):
         D.masked_schedule(4, mask_id=0)
     with pytest.raises(Exception, match="outside the vocabulary"):
-        D.conditional_targets(s, x, jnp.array([0, 1, 4]), 0.5)
+        D.conditional_targets(s, x, jnp.array([0, 1, 3]), 0.5)
     with pytest.raises(Exception, match="outside the vocabulary"):
         D.conditional_targets(s, jnp.array([0, -1, 2]), x, 0.5)
     with pytest.raises(Exception, match=r"`t` must lie in \[0, 1\]"):
@@ -35,62 +37,152 @@ def test_bad_input(getkey):
         D.poisson_kl(jnp.array([1.0]), jnp.array([jnp.nan]))
     with pytest.raises(TypeError, match="log_rate_model"):  # jaxtyping's check comes first
         D.poisson_kl(jnp.ones(2), jnp.ones(3))
-    model = D.DiffusionTransformer(4, 8, 1, 2, 4, key=getkey())
+    with pytest.raises(ValueError, match="`weighting` must be"):
+        D.gidd_loss(model, s, x[None, :], _rbg(0), weighting="snr")
+    with pytest.raises(ValueError, match="`num_times` must be an int >= 1"):
+        D.nelbo(model, s, x, _rbg(0), num_times=0)
     with pytest.raises(ValueError, match="`steps` must be an int >= 1"):
-        D.sample(model, s, getkey(), 2, 3, 0)
+        D.sample(model, s, _rbg(0), 2, 3, 0)
     with pytest.raises(ValueError, match="`method` must be one of"):
-        D.sample(model, s, getkey(), 2, 3, 4, method="midpoint")
+        D.sample(model, s, _rbg(0), 2, 3, 4, method="midpoint")
     with pytest.raises(ValueError, match="vocab_size"):
-        D.neural_ctmc_loss(model, D.masked_schedule(4), x[None, :], getkey())
+        D.neural_ctmc_loss(model, D.masked_schedule(3), x[None, :], _rbg(0))
     with pytest.raises(ValueError, match="MDLM needs the masked schedule"):
-        D.mdlm_loss(model, s, x[None, :], getkey())
+        D.mdlm_loss(model, s, x[None, :], _rbg(0))
     with pytest.raises(Exception, match="outside the vocabulary"):
-        D.neural_ctmc_loss(model, s, jnp.array([[0, 1, 7]]), getkey())
+        D.neural_ctmc_loss(model, s, jnp.array([[0, 1, 7]]), _rbg(0))
     with pytest.raises(Exception, match="non-finite exit rate"):
-        D.euler_jump_step(getkey(), x, jnp.array([0.0, jnp.nan, 0.0]), jnp.zeros((3, 4)), 0.1)
+        D.euler_jump_step(_rbg(0), x, jnp.array([0.0, jnp.nan, 0.0]), jnp.zeros((3, 3)), 0.1)
 
 
-def test_targets_properties_and_jit(getkey):
+def _rbg(seed):
+    """Keys whose random bits compile cheaply (XLA RngBitGenerator)."""
+    return jr.key(seed, impl="unsafe_rbg")
+
+
+def test_targets_properties_and_jit():
+    rng = np.random.default_rng(0)
+    x, u = jnp.asarray(rng.integers(0, 4, 5)), jnp.asarray(rng.uniform(size=5))
+
+    @functools.partial(jax.jit, static_argnums=0)
+    def run(s, x, u):
+        q = s.marginal(x, 0.6)
+        z = jnp.minimum(jnp.sum(jnp.cumsum(q, axis=-1) < u[:, None], axis=-1), s.vocab_size - 1)
+        return q, z, s.rates_in(0.6), *D.conditional_targets(s, x, z, 0.6)
+
     for s in (D.uniform_schedule(4), D.masked_schedule(4), D.gidd_schedule(4, 0.3)):
-        x = jr.randint(getkey(), (5,), 0, 4)
-        z = s.sample(getkey(), x, 0.6)
-        log_lam, pi = D.conditional_targets(s, x, z, 0.6)
-        log_lam_j, pi_j = eqx.filter_jit(D.conditional_targets)(s, x, z, 0.6)
-        np.testing.assert_allclose(log_lam, log_lam_j, rtol=1e-12)
-        np.testing.assert_allclose(pi, pi_j, rtol=1e-12)
-        np.testing.assert_allclose(pi[jnp.arange(5), z], 0.0)  # no mass on the current token
-        active = jnp.isfinite(log_lam)
-        np.testing.assert_allclose(jnp.where(active, pi.sum(-1), 1.0), 1.0, rtol=1e-12)
+        q, z, rho, log_lam, pi = map(np.asarray, run(s, x, u))
+        np.testing.assert_allclose(pi[np.arange(5), z], 0.0)  # no mass on the current token
+        active = np.isfinite(log_lam)
+        np.testing.assert_allclose(np.where(active, pi.sum(-1), 1.0), 1.0, rtol=1e-12)
+        # closed forms: lambda* = rho(z)(1 - q(z|x))/q(z|x), pi* = q(y|x)/(1 - q(z|x))
+        qz = q[np.arange(5), z]
+        np.testing.assert_allclose(np.exp(log_lam), np.maximum(rho[z], 0) * (1 - qz) / qz,
+                                   rtol=1e-10, atol=1e-12)
+        want = np.where(np.arange(s.vocab_size)[None, :] == z[:, None], 0.0, q / (1 - qz[:, None]))
+        np.testing.assert_allclose(pi, want, rtol=1e-10, atol=1e-14)
         if s.kind == "masked":  # lambda* = 1/t at masks, 0 at clean tokens
-            np.testing.assert_allclose(jnp.exp(log_lam), jnp.where(z == 4, 1 / 0.6, 0.0))
+            np.testing.assert_allclose(np.exp(log_lam), np.where(z == 4, 1 / 0.6, 0.0))
 
 
-def test_vmap_equals_loop_and_grads(getkey):
-    rate = jnp.exp(jr.normal(getkey(), (3, 4)))
-    pi = jax.nn.softmax(jr.normal(getkey(), (3, 4, 5)), axis=-1)
-    llm = jr.normal(getkey(), (3, 4))
-    lpm = jax.nn.log_softmax(jr.normal(getkey(), (3, 4, 5)), axis=-1)
-    batched = jax.vmap(D.path_kl)(rate, pi, llm, lpm)
-    loop = jnp.stack([D.path_kl(rate[i], pi[i], llm[i], lpm[i]) for i in range(3)])
-    np.testing.assert_allclose(batched, loop, rtol=1e-12)
-    check_grads(lambda a, b: D.path_kl(rate[0], pi[0], a, b).sum(), (llm[0], lpm[0]), order=1,
+def test_vmap_equals_loop_and_grads():
+    rng = np.random.default_rng(1)
+    rate = jnp.asarray(np.exp(rng.normal(size=(3, 4))))
+    pi = jnp.asarray(rng.dirichlet(np.ones(5), size=(3, 4)))
+    llm = jnp.asarray(rng.normal(size=(3, 4)))
+    lpm = jax.nn.log_softmax(jnp.asarray(rng.normal(size=(3, 4, 5))), axis=-1)
+    batched = jax.jit(jax.vmap(D.path_kl))(rate, pi, llm, lpm)
+    jitted = jax.jit(D.path_kl)
+    loop = jnp.stack([jitted(rate[i], pi[i], llm[i], lpm[i]) for i in range(3)])
+    np.testing.assert_allclose(batched, loop, rtol=1e-12)  # vmap == loop
+    np.testing.assert_allclose(D.path_kl(rate[0], pi[0], llm[0], lpm[0]), loop[0],
+                               rtol=1e-12)  # eager == jit
+    check_grads(jax.jit(lambda a, b: D.path_kl(rate[0], pi[0], a, b).sum()), (llm[0], lpm[0]),
+                order=1, modes=["rev"])
+    check_grads(jax.jit(lambda r, a: D.poisson_kl(r, a).sum()), (rate[0], llm[0]), order=1,
                 modes=["rev"])
-    check_grads(lambda r, a: D.poisson_kl(r, a).sum(), (rate[0], llm[0]), order=1, modes=["rev"])
 
 
-def test_loss_grad_finite_difference(getkey):
+@pytest.fixture(scope="module")
+def tiny():
+    """Tiny networks (uniform: V = 3, masked: V = 4) shared by the model-level tests."""
+    su, sm = D.uniform_schedule(3), D.masked_schedule(3)
+    return {"uniform": (su, D.DiffusionTransformer(3, 8, 1, 2, 4, key=_rbg(0))),
+            "masked": (sm, D.DiffusionTransformer(4, 8, 1, 2, 4, key=_rbg(1)))}
+
+
+@eqx.filter_jit
+def _model_losses(net, schedule, bias, x, key):
+    """Every loss on one batch of the masked network; its exit bias is an input (finite diff.)."""
+    net = eqx.tree_at(lambda m: m.exit_head.bias, net, bias)
+    ctmc, grad = jax.value_and_grad(lambda b: D.neural_ctmc_loss(
+        eqx.tree_at(lambda m: m.exit_head.bias, net, b), schedule, x, key))(bias)
+    nelbo = jax.vmap(lambda xi, k: jnp.stack([
+        D.nelbo(net, schedule, xi, k, "ctmc", num_times=2),
+        D.nelbo(net, schedule, xi, k, "x0", num_times=2)]))(x, jr.split(key, x.shape[0]))
+    return {"ctmc": ctmc, "grad": grad, "mdlm": D.mdlm_loss(net, schedule, x, key),
+            "nelbo": nelbo}
+
+
+def test_losses_nelbo_and_gradient(tiny):
+    x = jnp.asarray(np.random.default_rng(2).integers(0, 3, (4, 4)))
+    key = _rbg(2)
+    b0 = jnp.zeros((1,))
+    s, net = tiny["masked"]
+    out = _model_losses(net, s, b0, x, key)
+    for name, val in out.items():
+        assert bool(jnp.all(jnp.isfinite(val))), name
+    for name in ("ctmc", "mdlm", "nelbo"):
+        assert bool(jnp.all(out[name] > 0)), name
+    # C4 at model level: a zero exit head makes masked Neural CTMC exactly MDLM
+    np.testing.assert_allclose(out["ctmc"], out["mdlm"], rtol=1e-10)
+    # ... and the masked NELBO is the same through the two-head and the x0 reading
+    np.testing.assert_allclose(out["nelbo"][:, 0], out["nelbo"][:, 1], rtol=1e-10)
+    # at b = 0 the masked exit head sits at the target rate: the Poisson KL is stationary
+    np.testing.assert_allclose(out["grad"][0], 0.0, atol=1e-9)
+    # gradient in the exit bias away from it vs central finite differences (same compiled fn)
+    b1, eps = jnp.array([0.3]), 1e-5
+    g1 = _model_losses(net, s, b1, x, key)["grad"][0]
+    fd = (_model_losses(net, s, b1 + eps, x, key)["ctmc"]
+          - _model_losses(net, s, b1 - eps, x, key)["ctmc"]) / (2 * eps)
+    assert float(g1) > 1e-3  # too fast an exit clock is pushed back
+    np.testing.assert_allclose(g1, fd, rtol=1e-5)
+    # reduced C8: gradient descent on the exit bias alone (the rest frozen) from e^0.5 = 1.65
+    # times the target rate brings lambda_theta / lambda* at masks into [0.9, 1.1]
+    b = jnp.array([0.5])
+    for i in range(15):
+        b = b - 0.5 * _model_losses(net, s, b, x, _rbg(100 + i))["grad"]
+    assert 0.9 <= float(jnp.exp(b[0])) <= 1.1, b
+
+
+@pytest.mark.slow
+def test_sedd_and_gidd_losses(tiny):
+    s, net = tiny["uniform"]
+    sm, nm = tiny["masked"]
+    x = jnp.asarray(np.random.default_rng(5).integers(0, 3, (4, 4)))
+    vals = eqx.filter_jit(lambda n, x, k: jnp.stack([
+        D.sedd_loss(n, s, x, k), D.gidd_loss(n, s, x, k, weighting="clip"),
+        D.gidd_loss(n, s, x, k, weighting="dynamic"), D.gidd_loss(n, s, x, k)]))(net, x, _rbg(5))
+    assert bool(jnp.all(jnp.isfinite(vals) & (vals > 0))), vals
+    # GIDD's ELBO integrand on the masked schedule is MDLM's (same times and noise)
+    gidd, mdlm = eqx.filter_jit(
+        lambda n, x, k: (D.gidd_loss(n, sm, x, k), D.mdlm_loss(n, sm, x, k)))(nm, x, _rbg(6))
+    np.testing.assert_allclose(gidd, mdlm, rtol=1e-10)
+
+
+def test_sample_shapes_and_support(tiny):
+    for kind in ("masked",):  # masked: the final fill must leave no mask; tau-leaping's step: C6
+        s, net = tiny[kind]
+        a = D.sample(net, s, _rbg(3), 5, 4, 3)
+        b = D.sample(net, s, _rbg(3), 5, 4, 3)
+        assert a.shape == (5, 4) and a.dtype == jnp.int32
+        np.testing.assert_array_equal(a, b)
+        assert int(a.min()) >= 0 and int(a.max()) < 3  # masks filled at the end
+    # a single Euler step from the prior with exit rate ~0 keeps the prior draw
     s = D.uniform_schedule(3)
-    model = D.DiffusionTransformer(3, 8, 1, 2, 4, key=getkey())
-    x = jr.randint(getkey(), (2, 4), 0, 3)
-    key = getkey()
-    params, static = eqx.partition(model, eqx.is_inexact_array)
-    head_b = params.exit_head.bias
-
-    def f(b):
-        m = eqx.combine(eqx.tree_at(lambda p: p.exit_head.bias, params, b), static)
-        return D.neural_ctmc_loss(m, s, x, key)
-
-    check_grads(jax.jit(f), (head_b,), order=1, modes=["rev"], eps=1e-5)
+    z = jnp.array([0, 1, 2])
+    out = D.euler_jump_step(_rbg(4), z, jnp.full((3,), -50.0), jnp.zeros((3, 3)), 0.1)
+    np.testing.assert_array_equal(out, z)
 
 
 class _Pair(eqx.Module):
@@ -102,26 +194,36 @@ def _pair_loss(pair, x, key):
     return D.neural_ctmc_loss(pair.net, pair.schedule, x, key)
 
 
-@pytest.mark.slow
-def test_c8_learned_exit_head_calibrated(getkey):
-    """Masked Neural CTMC: after training, lambda_theta / lambda* at masks stays in [0.9, 1.1]."""
+def _c8_ratios(num_steps, dim, batch, length):
+    """Train a masked Neural CTMC from a mis-calibrated exit head (bias 0.5, i.e. lambda_theta =
+    e^0.5 lambda*) on i.i.d. tokens; return the mean lambda_theta / lambda* at masks, t in
+    {0.2, 0.5, 0.8}. For i.i.d. tokens the marginal exit rate at a mask equals lambda*."""
     s = D.masked_schedule(4)
     probs = jnp.array([0.4, 0.3, 0.2, 0.1])
 
     def batches(key):
-        return jr.categorical(key, jnp.log(probs), shape=(32, 6)).astype(jnp.int32)
+        return jr.categorical(key, jnp.log(probs), shape=(batch, length)).astype(jnp.int32)
 
-    net = D.DiffusionTransformer(5, 16, 1, 2, 6, key=getkey())
-    # start away from calibration: exit bias 0.5 (lambda_theta = e^0.5 lambda*)
+    net = D.DiffusionTransformer(5, dim, 1, 2, length, key=_rbg(10))
     net = eqx.tree_at(lambda m: m.exit_head.bias, net, jnp.array([0.5]))
-    res = fit(_pair_loss, _Pair(net, s), batches, adamw_cosine(1e-2, 300), num_steps=300,
-              key=getkey(), progress=False)
-    x = batches(getkey())
-    ratios = []
-    for t in (0.2, 0.5, 0.8):
-        z = jax.vmap(lambda k, xi: s.sample(k, xi, t))(jr.split(getkey(), 32), x)
-        log_lam = jax.vmap(lambda zi: D.model_rates(res.model.net, s, zi, t)[0])(z)
+    res = fit(_pair_loss, _Pair(net, s), batches, adamw_cosine(1e-2, num_steps),
+              num_steps=num_steps, key=_rbg(11), progress=False)
+
+    @eqx.filter_jit
+    def ratio(net, key, t):
+        kx, kz = jr.split(key)
+        x = batches(kx)
+        z = jax.vmap(lambda k, xi: s.sample(k, xi, t))(jr.split(kz, batch), x)
+        log_lam = jax.vmap(lambda zi: D.model_rates(net, s, zi, t)[0])(z)
         log_star = jax.vmap(lambda xi, zi: D.conditional_targets(s, xi, zi, t)[0])(x, z)
         m = z == 4
-        ratios.append(float(jnp.sum(jnp.where(m, jnp.exp(log_lam - log_star), 0.0)) / m.sum()))
+        return jnp.sum(jnp.where(m, jnp.exp(log_lam - log_star), 0.0)) / m.sum()
+
+    return [float(ratio(res.model.net, _rbg(12 + i), t)) for i, t in enumerate((0.2, 0.5, 0.8))]
+
+
+@pytest.mark.slow
+def test_c8_learned_exit_head_calibrated():
+    """Masked Neural CTMC: after training, lambda_theta / lambda* at masks stays in [0.9, 1.1]."""
+    ratios = _c8_ratios(300, 16, 32, 6)
     assert 0.9 <= np.mean(ratios) <= 1.1, ratios
