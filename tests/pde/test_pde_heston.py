@@ -1,0 +1,105 @@
+"""The Heston transition flow: smooth coupling flow in (s, log v) (spec 2.4 item 4)."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+
+from jaxgen.flows import ConditionalSmoothCouplingFlow
+from jaxgen.pde import (
+    flow_parameters,
+    fp_log_residual,
+    frozen_gaussian_reference,
+    Heston,
+    heston_condition_sampler,
+    to_y,
+    TransitionFlow,
+)
+
+HES = Heston()
+SAMPLE, LO, HI = heston_condition_sampler()
+X0 = jnp.array([0.3, 0.05])
+LAM = jnp.array([0.05, 2.0, 0.06, 0.2, -0.5])
+
+
+@pytest.fixture(scope="module")
+def flows():
+    flow = TransitionFlow(HES, LO, HI, num_units=2, width=4, depth=1, key=jr.key(0))
+    theta, unravel = flow_parameters(flow)
+    return flow, unravel(theta + 0.3 * jr.normal(jr.key(1), theta.shape))
+
+
+@eqx.filter_jit
+def _checks(flow, t, xs, x0, lam, key):
+    """Everything for one flow in one compile.
+
+    Returns (log p, log N(z) + log|det dz/dx| by autodiff, FP residuals, reference log p,
+    sample's base normals, base normals recovered from the samples, sample).
+    """
+    m, chol = frozen_gaussian_reference(HES, x0, lam, t)
+    cond = flow.features(t, x0, lam)
+
+    def to_z(x):
+        zeta = jax.scipy.linalg.solve_triangular(chol, to_y(HES, x) - m, lower=True)
+        return flow.bijection.transform_and_log_det(zeta, cond)[0]
+
+    def by_autodiff(x):
+        z = to_z(x)
+        return (-0.5 * z @ z - jnp.log(2 * jnp.pi)
+                + jnp.linalg.slogdet(jax.jacobian(to_z)(x))[1])
+
+    def reference(x):
+        zeta = jax.scipy.linalg.solve_triangular(chol, to_y(HES, x) - m, lower=True)
+        return (-0.5 * zeta @ zeta - jnp.log(2 * jnp.pi) - jnp.sum(jnp.log(jnp.diag(chol)))
+                - jnp.log(x[1]))
+
+    def residual(x):
+        return fp_log_residual(lambda s, y: flow.log_density(s, y, x0, lam), t, x,
+                               lambda y: HES.drift(y, lam), lambda y: HES.diffusion(y, lam))
+
+    logp = jax.vmap(lambda x: flow.log_density(t, x, x0, lam))(xs)
+    draws = flow.sample(key, t, x0, lam, 4)
+    base = jr.normal(key, (4, 2), dtype=xs.dtype)
+    return (logp, jax.vmap(by_autodiff)(xs), jax.vmap(residual)(xs), jax.vmap(reference)(xs),
+            base, jax.vmap(to_z)(draws), draws)
+
+
+def _points(key):
+    k1, k2 = jr.split(key)
+    return jnp.stack([0.3 + 0.2 * jr.normal(k1, (5,)),
+                      jr.uniform(k2, (5,), minval=0.01, maxval=0.15)], axis=1)
+
+
+def test_heston_flow_identity_at_init_and_change_of_variables(flows, getkey):
+    flow, moved = flows
+    assert isinstance(flow.bijection, ConditionalSmoothCouplingFlow)
+    assert flow.bijection.num_blocks == 2
+    xs, t = _points(getkey()), jnp.asarray(0.1)
+    logp, auto, res, ref, base, back, draws = _checks(flow, t, xs, X0, LAM, getkey())
+    np.testing.assert_allclose(logp, ref, rtol=1e-12)  # identity at init: the reference
+    np.testing.assert_allclose(back, base, atol=1e-9)
+    assert jnp.all(jnp.isfinite(res))
+    logp, auto, res, ref, base, back, draws = _checks(moved, t, xs, X0, LAM, getkey())
+    assert jnp.max(jnp.abs(logp - ref)) > 1e-2  # moved away: the checks below can fail
+    np.testing.assert_allclose(logp, auto, rtol=1e-10)  # log-det == autodiff log|det J|
+    np.testing.assert_allclose(back, base, atol=1e-8)  # inverse(forward) == id on samples
+    assert jnp.all(draws[:, 1] > 0)
+    # Third derivatives of the map exist: the FP residual is finite (and not zero).
+    assert jnp.all(jnp.isfinite(res)) and jnp.max(jnp.abs(res)) > 1e-3
+
+
+def test_heston_flow_ignores_s0_and_bad_sampler_args(flows):
+    # Translation invariance in s: shifting s0 and x by the same amount leaves l unchanged.
+    _, moved = flows
+    x = jnp.array([0.4, 0.05])
+    f = eqx.filter_jit(lambda fl, x, x0: fl.log_density(0.1, x, x0, LAM))
+    np.testing.assert_allclose(f(moved, x + jnp.array([0.7, 0.0]), X0 + jnp.array([0.7, 0.0])),
+                               f(moved, x, X0), rtol=1e-12)
+    with pytest.raises(ValueError, match="`rho` must lie in"):
+        heston_condition_sampler(rho=(-1.5, 0.0))
+    x0, lam = SAMPLE(jr.key(0))
+    assert x0.shape == (2,) and lam.shape == (5,) and float(x0[0]) == 0.0
+    assert jnp.all((jnp.concatenate([x0, lam]) >= LO) & (jnp.concatenate([x0, lam]) <= HI))
+    assert 2 * lam[1] * lam[2] >= lam[3] ** 2  # Feller
