@@ -6,6 +6,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
+import numpy as np
 from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
@@ -111,8 +112,8 @@ class TransitionFlow(eqx.Module):
                 (space-time ablation); ``None`` for Neural Galerkin.
             key: PRNG key.
         """
-        lo = tuple(float(v) for v in jnp.ravel(jnp.asarray(box_lo)))
-        hi = tuple(float(v) for v in jnp.ravel(jnp.asarray(box_hi)))
+        lo = tuple(float(v) for v in np.ravel(np.asarray(box_lo)))
+        hi = tuple(float(v) for v in np.ravel(np.asarray(box_hi)))
         q = model.dim + len(model.param_names)
         if len(lo) != q or len(hi) != q:
             raise ValueError(f"`box_lo` and `box_hi` must have shape ({q},) for c = (x0, lam), "

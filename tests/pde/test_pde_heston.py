@@ -36,7 +36,8 @@ def _checks(flow, t, xs, x0, lam, key):
     """Everything for one flow in one compile.
 
     Returns (log p, log N(z) + log|det dz/dx| by autodiff, FP residuals, reference log p,
-    sample's base normals, base normals recovered from the samples, sample).
+    sample's base normals, base normals recovered from the samples, sample, log p with s and
+    s0 both shifted by 0.7).
     """
     m, chol = frozen_gaussian_reference(HES, x0, lam, t)
     cond = flow.features(t, x0, lam)
@@ -60,10 +61,12 @@ def _checks(flow, t, xs, x0, lam, key):
                                lambda y: HES.drift(y, lam), lambda y: HES.diffusion(y, lam))
 
     logp = jax.vmap(lambda x: flow.log_density(t, x, x0, lam))(xs)
+    shift = jnp.array([0.7, 0.0], dtype=xs.dtype)
+    shifted = jax.vmap(lambda x: flow.log_density(t, x + shift, x0 + shift, lam))(xs)
     draws = flow.sample(key, t, x0, lam, 4)
     base = jr.normal(key, (4, 2), dtype=xs.dtype)
     return (logp, jax.vmap(by_autodiff)(xs), jax.vmap(residual)(xs), jax.vmap(reference)(xs),
-            base, jax.vmap(to_z)(draws), draws)
+            base, jax.vmap(to_z)(draws), draws, shifted)
 
 
 def _points(key):
@@ -77,29 +80,26 @@ def test_heston_flow_identity_at_init_and_change_of_variables(flows, getkey):
     assert isinstance(flow.bijection, ConditionalSmoothCouplingFlow)
     assert flow.bijection.num_blocks == 2
     xs, t = _points(getkey()), jnp.asarray(0.1)
-    logp, auto, res, ref, base, back, draws = _checks(flow, t, xs, X0, LAM, getkey())
+    logp, auto, res, ref, base, back, draws, _ = _checks(flow, t, xs, X0, LAM, getkey())
     np.testing.assert_allclose(logp, ref, rtol=1e-12)  # identity at init: the reference
     np.testing.assert_allclose(back, base, atol=1e-9)
     assert jnp.all(jnp.isfinite(res))
-    logp, auto, res, ref, base, back, draws = _checks(moved, t, xs, X0, LAM, getkey())
+    logp, auto, res, ref, base, back, draws, shifted = _checks(moved, t, xs, X0, LAM, getkey())
     assert jnp.max(jnp.abs(logp - ref)) > 1e-2  # moved away: the checks below can fail
     np.testing.assert_allclose(logp, auto, rtol=1e-10)  # log-det == autodiff log|det J|
     np.testing.assert_allclose(back, base, atol=1e-8)  # inverse(forward) == id on samples
     assert jnp.all(draws[:, 1] > 0)
     # Third derivatives of the map exist: the FP residual is finite (and not zero).
     assert jnp.all(jnp.isfinite(res)) and jnp.max(jnp.abs(res)) > 1e-3
+    # Translation invariance in s: s0 is not a conditioner input.
+    np.testing.assert_allclose(shifted, logp, rtol=1e-12)
 
 
-def test_heston_flow_ignores_s0_and_bad_sampler_args(flows):
-    # Translation invariance in s: shifting s0 and x by the same amount leaves l unchanged.
-    _, moved = flows
-    x = jnp.array([0.4, 0.05])
-    f = eqx.filter_jit(lambda fl, x, x0: fl.log_density(0.1, x, x0, LAM))
-    np.testing.assert_allclose(f(moved, x + jnp.array([0.7, 0.0]), X0 + jnp.array([0.7, 0.0])),
-                               f(moved, x, X0), rtol=1e-12)
+def test_heston_condition_sampler():
     with pytest.raises(ValueError, match="`rho` must lie in"):
         heston_condition_sampler(rho=(-1.5, 0.0))
-    x0, lam = SAMPLE(jr.key(0))
+    x0, lam = jax.jit(SAMPLE)(jr.key(0))
+    c = jnp.concatenate([x0, lam])
     assert x0.shape == (2,) and lam.shape == (5,) and float(x0[0]) == 0.0
-    assert jnp.all((jnp.concatenate([x0, lam]) >= LO) & (jnp.concatenate([x0, lam]) <= HI))
+    assert jnp.all((c >= LO) & (c <= HI))
     assert 2 * lam[1] * lam[2] >= lam[3] ** 2  # Feller
