@@ -103,3 +103,30 @@ def test_heston_condition_sampler():
     assert x0.shape == (2,) and lam.shape == (5,) and float(x0[0]) == 0.0
     assert jnp.all((c >= LO) & (c <= HI))
     assert 2 * lam[1] * lam[2] >= lam[3] ** 2  # Feller
+
+
+@pytest.mark.slow  # Neural Galerkin training of the 2-D coupling flow: ~25-35 s of CPU
+def test_heston_ng_flow_v_marginal_improves_on_reference():
+    # Spec check 7 at a CPU scale: one condition (nu = 4, Delta = 0.25), a tiny flow (P = 316),
+    # 512 collocation points, 16 Bosh3 steps in log t. Measured (seed as here): v-marginal KS vs
+    # the exact CIR law 0.054 (reference 0.081); E v off by -17 standard errors (reference +14),
+    # E[s - s0] by +5.9 (reference +1.6) with 20k draws: check 7 (KS <= 0.02, 3 SE) does NOT
+    # hold at this scale. Asserted: finite draws and a smaller KS than the frozen reference.
+    import scipy.stats as st
+
+    from jaxgen.pde import cir_transition_params, flow_at, integrate_ng
+
+    _, lo, hi = heston_condition_sampler(kappa=(0.5, 4.0), theta=(0.02, 0.15), nu=(2.0, 8.0))
+    x0 = jnp.array([0.0, 0.04])
+    lam = jnp.array([0.05, 2.0, 0.06, jnp.sqrt(2 * 2.0 * 0.06 / 4.0), -0.5])
+    flow = TransitionFlow(HES, lo, hi, num_units=2, width=4, depth=1, key=jr.key(0))
+    path = integrate_ng(flow, lambda k: (x0, lam), 0.25, key=jr.key(1), num_steps=16,
+                        num_colloc=512, num_saves=2, eps_rel=1e-4)
+    c, df, nc = (float(a) for a in cir_transition_params(0.25, 0.04, lam[1:4]))
+    ks = {}
+    for name, f in (("reference", flow), ("flow", flow_at(flow, path))):
+        xs = eqx.filter_jit(lambda f, k: f.sample(k, 0.25, x0, lam, 20000))(f, jr.key(5))
+        assert jnp.all(jnp.isfinite(xs)) and jnp.all(xs[:, 1] > 0)
+        ks[name] = st.kstest(2 * c * np.asarray(xs[:, 1]),
+                             lambda y: st.ncx2.cdf(y, df, nc)).statistic
+    assert ks["flow"] < ks["reference"], ks
