@@ -4,6 +4,7 @@ normalizing-flow bijections."""
 from ._bijections import (
     ConditionalAffineCoupling as ConditionalAffineCoupling,
     ConditionalMonotoneTanh as ConditionalMonotoneTanh,
+    ConditionalSmoothCouplingFlow as ConditionalSmoothCouplingFlow,
     monotone_tanh as monotone_tanh,
     monotone_tanh_inverse as monotone_tanh_inverse,
 )

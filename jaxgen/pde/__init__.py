@@ -23,6 +23,7 @@ from ._residual import fp_log_residual as fp_log_residual, fp_log_rhs as fp_log_
 from ._galerkin import (
     cir_condition_sampler as cir_condition_sampler,
     flow_at as flow_at,
+    heston_condition_sampler as heston_condition_sampler,
     integrate_ng as integrate_ng,
     ng_velocity as ng_velocity,
     spacetime_loss as spacetime_loss,

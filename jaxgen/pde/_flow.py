@@ -6,10 +6,11 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
+import numpy as np
 from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
-from jaxgen.flows import ConditionalMonotoneTanh
+from jaxgen.flows import ConditionalMonotoneTanh, ConditionalSmoothCouplingFlow
 
 from ._models import AbstractDiffusionModel
 
@@ -57,9 +58,14 @@ class TransitionFlow(eqx.Module):
     l(t, x | c) = log N(S(zeta; f(c)); 0, I) + log|det dS/dzeta| - log|det L(t)| + log|det J phi(x)|,
     zeta = L(t)^{-1}(phi(x) - m(t)), with (m, L) the frozen-coefficient Gaussian reference
     (`frozen_gaussian_reference`), phi = log on positive coordinates (so the support is the
-    state space exactly) and S an elementwise smooth monotone bijection
-    (`jaxgen.flows.ConditionalMonotoneTanh`) whose conditioner sees the features f(c) of
-    c = (x0, lam) scaled to [-1, 1] by the training box (log scale for positive entries).
+    state space exactly) and S a smooth (C^infinity) bijection: for dim = 1 the monotone tanh
+    map (`jaxgen.flows.ConditionalMonotoneTanh`), for dim >= 2 ``num_blocks`` blocks of
+    [elementwise monotone map -> affine coupling -> coordinate reversal]
+    (`jaxgen.flows.ConditionalSmoothCouplingFlow`; spec 2.4 item 4: 2 blocks for Heston).
+    The conditioners see the features f(c) of
+    c = (x0, lam) scaled to [-1, 1] by the training box (log scale for positive entries);
+    coordinates in which the model is translation invariant (``model.shift_invariant``, e.g.
+    Heston's log price s) enter only through the reference mean, so their x0 feature is 0.
     At initialisation S is the identity, so p is the reference. Mass is exactly one for every
     parameter value. With ``time_features=True`` the conditioner also sees
     tau = scaled log t (space-time ablation); otherwise time enters only through theta(t)
@@ -72,7 +78,7 @@ class TransitionFlow(eqx.Module):
     """
 
     model: AbstractDiffusionModel
-    bijection: ConditionalMonotoneTanh
+    bijection: ConditionalMonotoneTanh | ConditionalSmoothCouplingFlow
     box_lo: tuple[float, ...] = eqx.field(static=True)
     box_hi: tuple[float, ...] = eqx.field(static=True)
     log_features: tuple[bool, ...] = eqx.field(static=True)
@@ -87,6 +93,7 @@ class TransitionFlow(eqx.Module):
         num_units: int = 8,
         width: int = 32,
         depth: int = 2,
+        num_blocks: int = 2,
         time_range: tuple[float, float] | None = None,
         key: PRNGKeyArray,
     ):
@@ -100,12 +107,13 @@ class TransitionFlow(eqx.Module):
             num_units: tanh units K of each 1-D map.
             width: conditioner width.
             depth: conditioner depth.
+            num_blocks: blocks of the coupling flow (dim >= 2 only).
             time_range: ``(t_min, t_max)`` to feed scaled log t to the conditioner
                 (space-time ablation); ``None`` for Neural Galerkin.
             key: PRNG key.
         """
-        lo = tuple(float(v) for v in jnp.ravel(jnp.asarray(box_lo)))
-        hi = tuple(float(v) for v in jnp.ravel(jnp.asarray(box_hi)))
+        lo = tuple(float(v) for v in np.ravel(np.asarray(box_lo)))
+        hi = tuple(float(v) for v in np.ravel(np.asarray(box_hi)))
         q = model.dim + len(model.param_names)
         if len(lo) != q or len(hi) != q:
             raise ValueError(f"`box_lo` and `box_hi` must have shape ({q},) for c = (x0, lam), "
@@ -120,9 +128,14 @@ class TransitionFlow(eqx.Module):
                              f"{time_range}.")
         self.time_range = None if time_range is None else (float(time_range[0]),
                                                            float(time_range[1]))
-        self.bijection = ConditionalMonotoneTanh(
-            model.dim, q + (time_range is not None), num_units=num_units, width=width,
-            depth=depth, key=key)
+        cond_dim = q + (time_range is not None)
+        if model.dim == 1:
+            self.bijection = ConditionalMonotoneTanh(
+                1, cond_dim, num_units=num_units, width=width, depth=depth, key=key)
+        else:
+            self.bijection = ConditionalSmoothCouplingFlow(
+                model.dim, cond_dim, num_blocks=num_blocks, num_units=num_units, width=width,
+                depth=depth, key=key)
 
     def features(self, t: Float[ArrayLike, ""], x0: Float[Array, " dim"],
                  lam: Float[Array, " p"]) -> Float[Array, " q"]:
@@ -133,6 +146,9 @@ class TransitionFlow(eqx.Module):
         hi = jnp.asarray(self.box_hi, dtype=c.dtype)
         g = lambda v: jnp.where(mask, jnp.log(jnp.where(mask, jnp.abs(v), 1.0)), v)  # noqa: E731
         f = 2.0 * (g(c) - g(lo)) / (g(hi) - g(lo)) - 1.0
+        shift = tuple(self.model.shift_invariant) + (False,) * lam.shape[0]
+        if any(shift):
+            f = jnp.where(jnp.asarray(shift), 0.0, f)
         if self.time_range is not None:
             a, b = math.log(self.time_range[0]), math.log(self.time_range[1])
             tau = 2.0 * (jnp.log(t) - a) / (b - a) - 1.0

@@ -64,6 +64,46 @@ def cir_condition_sampler(
     return sample, lo, hi
 
 
+def heston_condition_sampler(
+    mu: tuple[float, float] = (-0.1, 0.2),
+    kappa: tuple[float, float] = (0.2, 4.0),
+    theta: tuple[float, float] = (0.01, 0.2),
+    nu: tuple[float, float] = (1.2, 10.0),
+    rho: tuple[float, float] = (-0.9, 0.0),
+    x0_ratio: tuple[float, float] = (0.2, 4.0),
+) -> tuple[ConditionSampler, Float[Array, " 7"], Float[Array, " 7"]]:
+    r"""Training law pi_C of c = (x0 = (s0, v0), lam = (mu, kappa, theta, xi, rho)) for Heston.
+
+    (kappa, theta, xi = sqrt(2 kappa theta / nu), v0) as `cir_condition_sampler` (spec 2.7),
+    mu ~ U(mu), rho ~ U(rho), s0 = 0 (the law of s_t - s0 does not depend on s0, and
+    `TransitionFlow` does not feed s0 to its conditioners).
+
+    Returns:
+        ``(sample, box_lo, box_hi)``: ``sample(key) -> (x0 (2,), lam (5,))`` and the corners
+        of the box of c = (s0, v0, mu, kappa, theta, xi, rho).
+    """
+    for name, (lo, hi) in (("mu", mu), ("rho", rho)):
+        if not lo < hi:
+            raise ValueError(f"`{name}` must be a range (lo, hi) with lo < hi, got {(lo, hi)}.")
+    if not -1.0 < rho[0] < rho[1] < 1.0:
+        raise ValueError(f"`rho` must lie in (-1, 1), got {rho}.")
+    cir_sample, clo, chi = cir_condition_sampler(kappa, theta, nu, x0_ratio)
+
+    def sample(key: PRNGKeyArray) -> tuple[Array, Array]:
+        kc, km, kr = jr.split(key, 3)
+        v0, clam = cir_sample(kc)
+        m = jr.uniform(km, (), minval=mu[0], maxval=mu[1])
+        r = jr.uniform(kr, (), minval=rho[0], maxval=rho[1])
+        x0 = jnp.concatenate([jnp.zeros_like(v0), v0])
+        return x0, jnp.concatenate([m[None], clam, r[None]])
+
+    lo = jnp.concatenate([jnp.array([-1.0]), clo[:1], jnp.array([mu[0]]), clo[1:],
+                          jnp.array([rho[0]])])
+    hi = jnp.concatenate([jnp.array([1.0]), chi[:1], jnp.array([mu[1]]), chi[1:],
+                          jnp.array([rho[1]])])
+    return sample, lo, hi
+
+
 class ThetaPath(eqx.Module):
     """Flow weights along time: ``thetas[k]`` is theta(ts[k]).
 

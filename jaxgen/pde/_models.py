@@ -42,6 +42,12 @@ class AbstractDiffusionModel(eqx.Module):
     def check_params(self, lam: Float[Array, " p"]) -> Float[Array, " p"]:
         """Return ``lam`` after value checks (``eqx.error_if``) on the parameter domain."""
 
+    @property
+    def shift_invariant(self) -> tuple[bool, ...]:
+        """``shift_invariant[i]``: b and a do not depend on x_i (the law of X_t - x0 is
+        invariant to shifts of x0 in coordinate i). Default: none."""
+        return (False,) * self.dim
+
     def check_state(self, x: Float[Array, "*batch dim"], name: str = "x"
                     ) -> Float[Array, "*batch dim"]:
         """Return ``x`` after checking that its positive coordinates are > 0 (``eqx.error_if``)."""
@@ -171,6 +177,11 @@ class Heston(AbstractDiffusionModel):
     def diffusion(self, x, lam):
         xi, rho = lam[3], lam[4]
         return x[1] * jnp.array([[1.0, rho * xi], [rho * xi, xi**2]], dtype=x.dtype)
+
+    @property
+    def shift_invariant(self) -> tuple[bool, ...]:
+        """b and a do not depend on the log price s."""
+        return (True, False)
 
     def noise(self, x, lam):
         xi, rho = lam[3], lam[4]

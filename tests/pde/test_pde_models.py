@@ -76,12 +76,12 @@ def test_exact_cir_sampler_moments(getkey):
 
 
 def test_simulate_path_euler_cir_moments(getkey):
-    keys = jr.split(getkey(), 1000)
+    keys = jr.split(getkey(), 400)
     paths = jax.jit(jax.vmap(lambda k: simulate_path(k, CIR, jnp.array([0.03]), LAM, 0.25, 2,
-                                                     substeps=10)))(keys)
+                                                     substeps=4)))(keys)
     x1 = np.asarray(paths[:, -1, 0])
     mean = 0.06 + (0.03 - 0.06) * np.exp(-1.0)
-    assert paths.shape == (1000, 3, 1)
+    assert paths.shape == (400, 3, 1)
     assert np.all(x1 >= 0)
     assert abs(x1.mean() - mean) < 5 * x1.std() / np.sqrt(x1.size)
 

@@ -53,7 +53,8 @@ def _case(which, getkey):
     return model, lam, x0, t, x
 
 
-@pytest.mark.parametrize("which", ["ou1", "ou2", "cir"])
+# ou1 is slow: ou2 (correlated constant a) covers the OU terms in the default run.
+@pytest.mark.parametrize("which", [pytest.param("ou1", marks=pytest.mark.slow), "ou2", "cir"])
 def test_exact_density_has_zero_residual_perturbed_does_not(which, getkey):
     model, lam, x0, t, x = _case(which, getkey)
     res, dl_dt = _residuals(model, lam, lam, x0, jnp.asarray(0.0), t, x)
