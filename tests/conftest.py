@@ -27,12 +27,6 @@ def getkey():
     return lambda: jr.fold_in(base, next(counter))
 
 
-# Families whose fast suites have not yet been timed within budget on an idle 2-core machine
-# (they were written on a heavily loaded one): their tests run with `-m slow` until trimmed.
-# `JAXGEN_TIMED_FAMILIES=pde,nn pytest ...` runs those families' fast selection as CI will.
-UNTIMED_FAMILIES = {"bridges", "dictionary", "discrete", "pde"} - set(os.environ.get("JAXGEN_TIMED_FAMILIES", "").split(","))
-
-
 NOTEBOOK_TESTS = "tests/test_notebooks.py::"
 
 
@@ -52,10 +46,6 @@ def pytest_xdist_make_scheduler(config, log):
 def pytest_collection_modifyitems(config, items):
     # The notebooks (the longest units) are scheduled first so the two workers finish together.
     items.sort(key=lambda item: not item.nodeid.startswith(NOTEBOOK_TESTS))
-    for item in items:
-        parts = item.nodeid.split("/")
-        if len(parts) > 2 and parts[0] == "tests" and parts[1] in UNTIMED_FAMILIES:
-            item.add_marker(pytest.mark.slow)
     if jax.default_backend() != "gpu":
         skip = pytest.mark.skip(reason="needs a GPU (jax.default_backend() != 'gpu')")
         for item in items:

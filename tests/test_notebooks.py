@@ -1,4 +1,4 @@
-"""Every notebook under notebooks/ runs top to bottom (slow); the ones in FAST run by default."""
+"""Every notebook under notebooks/ runs top to bottom, by default (make test)."""
 
 import os
 import pathlib
@@ -10,19 +10,10 @@ nbclient = pytest.importorskip("nbclient")
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").rglob("*.ipynb"))
-# Notebooks run by default (each under a minute on 2 CPU cores); the others with -m slow.
-FAST = {"flows/010_straight_line_flows.ipynb", "entropy/010_entropy_rate_filtering.ipynb",
-        "transformers/010_continued_fraction_lm.ipynb", "confseq/010_multivariate_cs.ipynb",
-        "graphs/010_graphon_estimation.ipynb"}
 
 
-def _param(path: pathlib.Path):
-    rel = path.relative_to(ROOT / "notebooks").as_posix()
-    marks = [] if rel in FAST else [pytest.mark.slow]
-    return pytest.param(path, id=rel, marks=marks)
-
-
-@pytest.mark.parametrize("path", [_param(p) for p in NOTEBOOKS])
+@pytest.mark.parametrize("path", [pytest.param(p, id=p.relative_to(ROOT / "notebooks").as_posix())
+                                  for p in NOTEBOOKS])
 def test_notebook_runs(path):
     nb = nbformat.read(path, as_version=4)
     env_path = os.environ.get("PYTHONPATH", "")
