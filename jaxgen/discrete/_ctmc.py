@@ -141,6 +141,17 @@ def path_kl(rate: Float[ArrayLike, " L"], jump_probs: Float[ArrayLike, "L S"],
     return poisson_kl(rate, log_rate_model) + jnp.where(rate > 0, rate * cat, 0.0)
 
 
+def _check_per_token_logits(schedule, z, values, name: str):
+    """Validate tokens ``z`` (L,) and per-token log-values (L, V); returns both as arrays."""
+    _check_schedule(schedule)
+    z = check_tokens(z, schedule.vocab_size, "z")
+    values = jnp.asarray(values)
+    if values.shape != (*z.shape, schedule.vocab_size):
+        raise ValueError(f"`{name}` must have shape {(*z.shape, schedule.vocab_size)}, got "
+                         f"{values.shape}.")
+    return z, values
+
+
 def rates_from_x0(schedule: InterpolatingSchedule, z: Int[ArrayLike, " L"],
                   log_x0: Float[ArrayLike, "L S"], t: Float[ArrayLike, ""]
                   ) -> tuple[Float[Array, " L"], Float[Array, "L S"]]:
@@ -157,12 +168,7 @@ def rates_from_x0(schedule: InterpolatingSchedule, z: Int[ArrayLike, " L"],
     Returns:
         ``(log_exit_rate (L,), log_jump_probs (L, V))`` with ``NEG`` on the current state.
     """
-    _check_schedule(schedule)
-    z = check_tokens(z, schedule.vocab_size, "z")
-    log_x0 = jnp.asarray(log_x0)
-    if log_x0.shape != (*z.shape, schedule.vocab_size):
-        raise ValueError(f"`log_x0` must have shape {(*z.shape, schedule.vocab_size)}, got "
-                         f"{log_x0.shape}.")
+    z, log_x0 = _check_per_token_logits(schedule, z, log_x0, "log_x0")
     alpha, mix, _, rho_z, onehot = _rates_at(schedule, z, t)
     logq = jnp.logaddexp(jnp.log(alpha) + log_x0, jnp.log(mix)[None, :])
     logq_z = jnp.sum(jnp.where(onehot, logq, 0.0), axis=-1)
@@ -185,12 +191,7 @@ def rates_from_score(schedule: InterpolatingSchedule, z: Int[ArrayLike, " L"],
     Returns:
         ``(log_exit_rate (L,), log_jump_probs (L, V))``.
     """
-    _check_schedule(schedule)
-    z = check_tokens(z, schedule.vocab_size, "z")
-    log_score = jnp.asarray(log_score)
-    if log_score.shape != (*z.shape, schedule.vocab_size):
-        raise ValueError(f"`log_score` must have shape {(*z.shape, schedule.vocab_size)}, got "
-                         f"{log_score.shape}.")
+    z, log_score = _check_per_token_logits(schedule, z, log_score, "log_score")
     _, _, _, rho_z, onehot = _rates_at(schedule, z, t)
     log_tot = _log_not(log_score, onehot)
     active = rho_z > 0
