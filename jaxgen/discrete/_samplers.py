@@ -20,6 +20,7 @@ from jax import lax
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from ._ctmc import _check_schedule, NEG
+from ._random import categorical, uniform
 from ._models import DiffusionTransformer, model_rates, PARAMETERIZATIONS
 from ._schedules import InterpolatingSchedule
 
@@ -42,8 +43,8 @@ def euler_jump_step(key: PRNGKeyArray, z: Int[Array, " L"], log_lam: Float[Array
     log_lam, log_pi = _check_rates(log_lam, log_pi)
     ku, ky = jr.split(key)
     p_jump = -jnp.expm1(-h * jnp.exp(log_lam))
-    u = jr.uniform(ku, z.shape, p_jump.dtype)
-    y = jr.categorical(ky, log_pi, axis=-1).astype(z.dtype)
+    u = uniform(ku, z.shape, p_jump.dtype)
+    y = categorical(ky, log_pi).astype(z.dtype)
     return jnp.where(u < p_jump, y, z)
 
 
@@ -57,7 +58,7 @@ def tau_leap_step(key: PRNGKeyArray, z: Int[Array, " L"], log_lam: Float[Array, 
     log_lam, log_pi = _check_rates(log_lam, log_pi)
     kn, ky = jr.split(key)
     n = jr.poisson(kn, h * jnp.exp(log_lam), z.shape)
-    y = jr.categorical(ky, log_pi, axis=-1).astype(z.dtype)
+    y = categorical(ky, log_pi).astype(z.dtype)
     return jnp.where(n == 1, y, z)
 
 
@@ -76,8 +77,8 @@ def _gillespie_interval(key: PRNGKeyArray, z: Array, rate_fn: RateFn, t: Array, 
         log_total = jax.nn.logsumexp(log_lam)
         wait = jr.exponential(ke, (), remaining.dtype) * jnp.exp(-log_total)
         fire = wait < remaining
-        i = jr.categorical(ki, log_lam)
-        y = jr.categorical(ky, log_pi[i]).astype(z.dtype)
+        i = categorical(ki, log_lam)
+        y = categorical(ky, log_pi[i]).astype(z.dtype)
         z = jnp.where(fire, z.at[i].set(y), z)
         return key, z, remaining - wait, count + 1, ~fire
 
@@ -85,14 +86,11 @@ def _gillespie_interval(key: PRNGKeyArray, z: Array, rate_fn: RateFn, t: Array, 
     return lax.while_loop(cond, body, init)[1]
 
 
-def _final_fill(key: PRNGKeyArray, z: Array, rate_fn: RateFn, t: Array,
-                schedule: InterpolatingSchedule) -> Array:
-    """Replace tokens still masked after the last step by a draw of the jump distribution."""
-    if schedule.mask_id is None:
-        return z
-    _, log_pi = rate_fn(z, t)
+def _fill_masks(key: PRNGKeyArray, z: Array, log_pi: Array, schedule: InterpolatingSchedule
+                ) -> Array:
+    """Replace tokens still masked by a draw of the jump distribution ``log_pi`` (mask excluded)."""
     log_pi = jnp.where((jnp.arange(schedule.vocab_size) == schedule.mask_id)[None, :], NEG, log_pi)
-    y = jr.categorical(key, log_pi, axis=-1).astype(z.dtype)
+    y = categorical(key, log_pi).astype(z.dtype)
     return jnp.where(z == schedule.mask_id, y, z)
 
 
@@ -133,24 +131,37 @@ def _sample_rates(key, rate_fn, schedule, num, length, steps, method, t_eps, max
     # fori_loop, i.e. a while_loop; sampling is never differentiated).
     dtype = jnp.result_type(float)
     k0, kscan, kfill = jr.split(key, 3)
-    z0 = jr.categorical(k0, jnp.log(schedule.prior(dtype)), shape=(num, length)).astype(jnp.int32)
+    z0 = categorical(k0, jnp.log(schedule.prior(dtype)), shape=(num, length)).astype(jnp.int32)
     h = (1 - 2 * t_eps) / steps.astype(dtype)
 
-    def one_step(key, z, t):
+    # With a mask token, tokens still masked after the K steps are filled from ``pi`` at
+    # ``t = eps``. For Euler and tau-leaping that fill is one more loop iteration (``i = K``, where
+    # ``t_K = eps``) reusing the step's network call, so the compiled sampler holds one forward.
+    fill_in_loop = schedule.mask_id is not None and method != "gillespie"
+
+    def one_step(key, z, t, last):
         if method == "gillespie":
             return _gillespie_interval(key, z, rate_fn, t, h, max_events)
         step = euler_jump_step if method == "euler" else tau_leap_step
-        return step(key, z, *rate_fn(z, t), h)
+        log_lam, log_pi = rate_fn(z, t)
+        stepped = step(key, z, log_lam, log_pi, h)
+        if not fill_in_loop:
+            return stepped
+        return jnp.where(last, _fill_masks(key, z, log_pi, schedule), stepped)
 
     def body(i, z):
         t = (1 - t_eps) - h * i.astype(dtype)
         keys = jr.split(jr.fold_in(kscan, i), num)
-        return jax.vmap(one_step, in_axes=(0, 0, None))(keys, z, t)
+        return jax.vmap(one_step, in_axes=(0, 0, None, None))(keys, z, t, i == steps)
 
-    z = lax.fori_loop(0, steps, body, z0)
-    t_last = jnp.asarray(t_eps, dtype)
-    return jax.vmap(_final_fill, in_axes=(0, 0, None, None, None))(
-        jr.split(kfill, num), z, rate_fn, t_last, schedule)
+    z = lax.fori_loop(0, steps + 1 if fill_in_loop else steps, body, z0)
+    if schedule.mask_id is None or fill_in_loop:
+        return z
+
+    def final_fill(key, z):  # Gillespie: one more network call at t = eps
+        return _fill_masks(key, z, rate_fn(z, jnp.asarray(t_eps, dtype))[1], schedule)
+
+    return jax.vmap(final_fill)(jr.split(kfill, num), z)
 
 
 _sample_rates_jit = eqx.filter_jit(_sample_rates)

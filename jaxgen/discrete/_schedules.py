@@ -15,8 +15,9 @@ from typing import Any
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import jax.random as jr
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
+
+from ._random import categorical
 
 KINDS = ("uniform", "masked", "gidd")
 
@@ -156,7 +157,7 @@ class InterpolatingSchedule(eqx.Module):
                ) -> Int[Array, " L"]:
         """Draw ``z_i ~ q_t(. | x_i)`` independently per position."""
         logq = self.log_marginal(x, t)
-        return jr.categorical(key, logq, axis=-1).astype(jnp.asarray(x).dtype)
+        return categorical(key, logq).astype(jnp.asarray(x).dtype)
 
 
 def uniform_schedule(num_tokens: int) -> InterpolatingSchedule:
