@@ -508,7 +508,8 @@ def proxy_posterior_mean(gt: GuidedTree) -> Float[Array, "N dim"]:
         idx, par = sched
         mu = jnp.einsum("bij,bj->bi", Phi[idx], means[par]) + beta[idx]
         rhs = mu + jnp.einsum("bij,bj->bi", Q[idx], Fn[idx])
-        m = jnp.linalg.solve(jnp.eye(d, dtype=dtype) + Q[idx] @ Hn[idx], rhs[..., None])[..., 0]
+        IQH = jnp.eye(d, dtype=dtype)[None] + Q[idx] @ Hn[idx]  # explicit broadcast
+        m = jnp.linalg.solve(IQH, rhs[..., None])[..., 0]
         return means.at[idx].set(m).at[n].set(0), None
 
     sched = (jnp.asarray(topo.level_schedule), jnp.asarray(topo.level_schedule_parent))
