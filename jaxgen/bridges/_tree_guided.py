@@ -557,7 +557,12 @@ def simulate_tree(
 
     Runs `guided_sample` with an uninformative filter (``H = F = 0``, so ``r~ = 0``): the
     steps are the same time-changed grid as guided sampling.
+
+    Raises:
+        ValueError: if ``num_steps`` is not an int >= 1.
     """
+    if not isinstance(num_steps, int) or num_steps < 1:
+        raise ValueError(f"`num_steps` must be an int >= 1, got {num_steps!r}.")
     n, d = topo.num_nodes, x_root.shape[0]
     dtype = x_root.dtype
     z = jnp.zeros((n, d, d), dtype)
