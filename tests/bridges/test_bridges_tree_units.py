@@ -24,7 +24,6 @@ from jaxgen.bridges import (
     LinearKernels,
     LinearSDEs,
     ControlNet,
-    ResidualFlow,
     TreeKernel,
     TreeSDE,
     TreeTopology,
