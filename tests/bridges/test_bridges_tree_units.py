@@ -24,7 +24,6 @@ from jaxgen.bridges import (
     LinearKernels,
     LinearSDEs,
     ControlNet,
-    TreeKernel,
     TreeSDE,
     TreeTopology,
     full_tree_loss,
@@ -360,30 +359,12 @@ def test_simulate_tree_linear_sde_moments():
 
 # -- full_tree_loss --------------------------------------------------------------------------
 
-# Star tree: every edge starts at the fixed root, so without a residual each l_v is a constant,
-# l_v = log h~_{v->root}(x_r) - log h^_v(x_r) with both sides leaf evidences in closed form.
-STAR = TreeTopology.from_parents(np.array([-1, 0, 0, 0]), np.array([0.0, 0.4, 0.7, 1.0]))
-Y_STAR = jnp.array([[0.5], [-0.3], [1.2]])
+# The discrete tree of test_bridges_tree_guided (root -> {1, 2}, 1 -> {3, 4}, 2 -> {5, 6}) with
+# a proxy that is exact on the edges into the leaves and wrong on the edges into 1 and 2. Without
+# a residual l_v = log h~_{v->pa}(x_pa) - log h^_v(x_pa): 0 on the exact edges, and on the edges
+# from the fixed root a constant, the log-evidence of the two leaves below v with the proxy's
+# kernel on edge v minus the same with the model's kernel. So sum_v l_v is not random.
 PROXY_Q = np.array([[0.5, -0.1], [-0.1, 0.4]])
-
-
-def _star_model_mean(x, tau):
-    return PHI @ x + BETA * tau
-
-
-def _star_model_cov(x, tau):
-    return tau * QM
-
-
-@ft.cache
-def _star_tree():
-    n = STAR.num_nodes
-    tau = jnp.asarray(STAR.branch_length)
-    px = LinearKernels(jnp.broadcast_to(0.9 * jnp.eye(2), (n, 2, 2)), jnp.zeros((n, 2)),
-                       jnp.broadcast_to(jnp.asarray(PROXY_Q), (n, 2, 2)) * tau[:, None, None])
-    filt = _filter(STAR, Y_STAR, px, C=C, R=R)
-    return GuidedTree(topo=STAR, model=TreeKernel(_star_model_mean, _star_model_cov), filt=filt,
-                      proxy=px, x_root=X0)
 
 
 @eqx.filter_jit
@@ -391,20 +372,37 @@ def _full(key, gt, m):
     return full_tree_loss(key, gt, None, m)
 
 
-def test_full_tree_loss_closed_form_on_a_star_tree():
-    gt = _star_tree()
-    got = _full(jr.key(0), gt, 3)  # 3 draws, all equal: the mean over draws is the constant
-    Cn, Rn, x0 = np.asarray(C), np.asarray(R), np.asarray(X0)
+def _mixed_case(key, m):
+    """The mixed-proxy GuidedTree and its full-tree loss over m draws."""
+    wrong = np.array([False, True, True, False, False, False, False])
+    Phi = np.where(wrong[:, None, None], 0.9 * np.eye(2), np.asarray(PHI))
+    beta = np.where(wrong[:, None], 0.0, np.asarray(BETA))
+    Q = np.where(wrong[:, None, None], PROXY_Q, np.asarray(QM))
+    px = LinearKernels(*(jnp.asarray(a) for a in (Phi, beta, Q)))
+    filt = _filter(TOPO, Y, px, C=C, R=R)  # same shapes as _disc_tree's: compiled once
+    gt = GuidedTree(topo=TOPO, model=_disc_tree()[0].model, filt=filt, proxy=px, x_root=X0)
+    return gt, _full(key, gt, m)
+
+
+def _np_subtree_log_evidence(mu_v, Q_v, y2):
+    """log p(y_a, y_b) for x_v ~ N(mu_v, Q_v) and two leaf children under the model kernel."""
+    Cn, Rn, Ph, Qm = np.asarray(C), np.asarray(R), np.asarray(PHI), np.asarray(QM)
+    m1 = Cn @ (Ph @ mu_v + np.asarray(BETA))
+    shared = Cn @ Ph @ Q_v @ Ph.T @ Cn.T
+    own = Cn @ Qm @ Cn.T + Rn
+    cov = np.block([[shared + own, shared], [shared, shared + own]])
+    return stats.multivariate_normal.logpdf(np.asarray(y2).reshape(-1), np.tile(m1, 2), cov)
+
+
+def test_full_tree_loss_closed_form_on_a_mixed_proxy_tree():
+    gt, got = _mixed_case(jr.key(0), 3)  # 3 draws, all with the same sum: their mean is it
+    x0, Ph, B = np.asarray(X0), np.asarray(PHI), np.asarray(BETA)
     ref = 0.0
-    for i, v in enumerate(STAR.leaves):
-        tau = STAR.branch_length[v]
-        y = np.asarray(Y_STAR[i])
-        mu_p, Q_p = 0.9 * x0, PROXY_Q * tau  # proxy edge
-        mu_m, Q_m = np.asarray(PHI) @ x0 + np.asarray(BETA) * tau, np.asarray(QM) * tau  # model
-        ref += stats.multivariate_normal.logpdf(y, Cn @ mu_p, Cn @ Q_p @ Cn.T + Rn)
-        ref -= stats.multivariate_normal.logpdf(y, Cn @ mu_m, Cn @ Q_m @ Cn.T + Rn)
+    for rows in (slice(0, 2), slice(2, 4)):  # leaves below node 1, below node 2
+        ref += _np_subtree_log_evidence(0.9 * x0, PROXY_Q, Y[rows])
+        ref -= _np_subtree_log_evidence(Ph @ x0 + B, np.asarray(QM), Y[rows])
     assert abs(ref) > 0.1  # the proxy is wrong enough to matter
-    np.testing.assert_allclose(got, ref, rtol=1e-10)
+    np.testing.assert_allclose(got, ref, rtol=1e-9)
     with pytest.raises(ValueError, match="`num_samples` must be an int >= 1, got 0"):
         full_tree_loss(jr.key(0), gt, None, 0)
     with pytest.raises(TypeError, match="`control` must be a ResidualFlow"):
