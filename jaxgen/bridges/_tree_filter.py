@@ -218,8 +218,14 @@ class TreeFilter(NamedTuple):
 def guiding_grid(num_steps: int) -> Float[Array, " K1"]:
     """Unit guiding grid ``u_k = 1 - (1 - k/K)^2``, k = 0..K (times are ``tau_v * u_k``).
 
-    Denser near the child end, where ``r~ = F - H x`` grows like ``1 / (tau - t)``.
+    Denser near the child end, where ``r~ = F - H x`` grows like ``1 / (tau - t)``: the steps
+    ``u_{k+1} - u_k = (2 (K - k) - 1) / K^2`` decrease from ``(2K - 1) / K^2`` to ``1 / K^2``.
+
+    Raises:
+        ValueError: if ``num_steps`` is not an int >= 1.
     """
+    if not isinstance(num_steps, int) or num_steps < 1:
+        raise ValueError(f"`num_steps` must be an int >= 1, got {num_steps!r}.")
     k = jnp.arange(num_steps + 1) / num_steps
     return 1.0 - (1.0 - k) ** 2
 

@@ -49,7 +49,13 @@ def full_tree_loss(
     key: PRNGKeyArray, gt: GuidedTree, control: ControlNet | ResidualFlow | None,
     num_samples: int = 1,
 ) -> Float[Array, ""]:
-    """Monte Carlo estimate of ``E sum_v l_v`` from ``num_samples`` whole-tree draws."""
+    """Monte Carlo estimate of ``E sum_v l_v`` from ``num_samples`` whole-tree draws.
+
+    The mean over draws (keys ``jr.split(key, num_samples)``) of the sum over nodes of
+    `guided_sample`'s ``train_loss``.
+    """
+    if not isinstance(num_samples, int) or num_samples < 1:
+        raise ValueError(f"`num_samples` must be an int >= 1, got {num_samples!r}.")
     keys = jr.split(key, num_samples)
     draws = jax.vmap(lambda k: guided_sample(k, gt, control))(keys)
     return jnp.mean(jnp.sum(draws.train_loss, axis=1))
@@ -64,7 +70,18 @@ def _loss_path(model: _Trainable, batch: Int[Array, " B"], key: PRNGKeyArray) ->
 
 
 def leaf_batches(num_leaves: int, batch_size: int):
-    """Pure sampler of ``batch_size`` distinct leaf rows (stratified without replacement)."""
+    """Pure sampler of ``batch_size`` distinct leaf rows, uniformly without replacement.
+
+    Each leaf is in a batch with probability ``batch_size / num_leaves`` (what makes
+    `path_loss` unbiased).
+
+    Raises:
+        ValueError: if ``batch_size`` is not an int in ``[1, num_leaves]``.
+    """
+    if not isinstance(batch_size, int) or not 1 <= batch_size <= num_leaves:
+        raise ValueError(
+            f"`batch_size` must be an int in [1, {num_leaves}], got {batch_size!r}."
+        )
 
     def sample(key: PRNGKeyArray) -> Int[Array, " B"]:
         return jr.choice(key, num_leaves, (batch_size,), replace=False)

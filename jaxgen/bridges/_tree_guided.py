@@ -253,7 +253,12 @@ def _sde_edge(gt: GuidedTree, control, x_pa, v, key):
     """One guided SDE edge by Euler-Maruyama on the time-changed grid.
 
     Time is ``t = tau phi(u)``, ``phi(u) = 1 - (1 - u)^2``, and u runs over K equal steps, so
-    the Euler nodes are the guiding grid of the filter. The state is augmented with
+    the Euler nodes are the guiding grid of the filter. The vector fields are scaled by the
+    grid's difference quotient ``(phi(u + 1/K) - phi(u)) K tau = tau (2 (1 - u) - 1/K)`` (not
+    the derivative ``phi'(u) tau``), so each Euler step spans exactly ``t_{k+1} - t_k``: the
+    clock ends at ``tau`` (with ``phi'`` it ran to ``tau (1 + 1/K)``, and the last guided step
+    doubled ``a r~``, reflecting the state across the target instead of landing on it); a
+    Brownian edge is then simulated exactly. The state is augmented with
     ``int (|theta|^2 / 2 - G) dt`` and ``int theta^T dW``.
 
     Returns:
@@ -268,10 +273,11 @@ def _sde_edge(gt: GuidedTree, control, x_pa, v, key):
     H_g = _padded(gt.filt.H_t)[v]  # type: ignore[arg-type]
     F_g = _padded(gt.filt.F_t)[v]  # type: ignore[arg-type]
     B, beta, a0, a1 = (_padded(a)[v] for a in proxy)
+    K = gt.num_steps
 
     def parts(u, x):
         t = tau * (1 - (1 - u) ** 2)
-        dt_du = tau * 2 * (1 - u)
+        dt_du = tau * (2 * (1 - u) - 1 / K)  # = (t_{k+1} - t_k) / du at the Euler node u_k
         sigma = model.diffusion(t, x)
         a = sigma @ sigma.T
         b = model.drift(t, x)
@@ -508,7 +514,8 @@ def proxy_posterior_mean(gt: GuidedTree) -> Float[Array, "N dim"]:
         idx, par = sched
         mu = jnp.einsum("bij,bj->bi", Phi[idx], means[par]) + beta[idx]
         rhs = mu + jnp.einsum("bij,bj->bi", Q[idx], Fn[idx])
-        m = jnp.linalg.solve(jnp.eye(d, dtype=dtype) + Q[idx] @ Hn[idx], rhs[..., None])[..., 0]
+        IQH = jnp.eye(d, dtype=dtype)[None] + Q[idx] @ Hn[idx]  # explicit broadcast
+        m = jnp.linalg.solve(IQH, rhs[..., None])[..., 0]
         return means.at[idx].set(m).at[n].set(0), None
 
     sched = (jnp.asarray(topo.level_schedule), jnp.asarray(topo.level_schedule_parent))
@@ -550,7 +557,12 @@ def simulate_tree(
 
     Runs `guided_sample` with an uninformative filter (``H = F = 0``, so ``r~ = 0``): the
     steps are the same time-changed grid as guided sampling.
+
+    Raises:
+        ValueError: if ``num_steps`` is not an int >= 1.
     """
+    if not isinstance(num_steps, int) or num_steps < 1:
+        raise ValueError(f"`num_steps` must be an int >= 1, got {num_steps!r}.")
     n, d = topo.num_nodes, x_root.shape[0]
     dtype = x_root.dtype
     z = jnp.zeros((n, d, d), dtype)
