@@ -34,11 +34,13 @@ def _check_rates(log_lam: Array, log_pi: Array) -> tuple[Array, Array]:
     return log_lam, log_pi
 
 
-def euler_jump_step(key: PRNGKeyArray, z: Int[Array, " L"], log_lam: Float[Array, " L"],
-                    log_pi: Float[Array, "L S"], h: Float[Array, ""] | float) -> Int[Array, " L"]:
+def euler_jump_step(key: PRNGKeyArray, z: Int[Array, "*batch L"],
+                    log_lam: Float[Array, "*batch L"], log_pi: Float[Array, "*batch L S"],
+                    h: Float[Array, ""] | float) -> Int[Array, "*batch L"]:
     """Exit-rate Euler step: position ``i`` jumps w.p. ``1 - exp(-h lambda_i)`` to ``y ~ pi_i``.
 
-    Exact for rates frozen over the step when at most one jump per position is allowed.
+    Exact for rates frozen over the step when at most one jump per position is allowed. Acts on
+    one sequence or a batch (leading axes) with one key: the random bits are drawn in one go.
     """
     log_lam, log_pi = _check_rates(log_lam, log_pi)
     ku, ky = jr.split(key)
@@ -48,8 +50,9 @@ def euler_jump_step(key: PRNGKeyArray, z: Int[Array, " L"], log_lam: Float[Array
     return jnp.where(u < p_jump, y, z)
 
 
-def tau_leap_step(key: PRNGKeyArray, z: Int[Array, " L"], log_lam: Float[Array, " L"],
-                  log_pi: Float[Array, "L S"], h: Float[Array, ""] | float) -> Int[Array, " L"]:
+def tau_leap_step(key: PRNGKeyArray, z: Int[Array, "*batch L"],
+                  log_lam: Float[Array, "*batch L"], log_pi: Float[Array, "*batch L S"],
+                  h: Float[Array, ""] | float) -> Int[Array, "*batch L"]:
     """tau-leaping: ``n_y ~ Poisson(h lambda pi_y)``; move iff exactly one jump fired (choice).
 
     By Poisson splitting, ``sum_y n_y ~ Poisson(h lambda)`` and a single event lands on
@@ -89,7 +92,8 @@ def _gillespie_interval(key: PRNGKeyArray, z: Array, rate_fn: RateFn, t: Array, 
 def _fill_masks(key: PRNGKeyArray, z: Array, log_pi: Array, schedule: InterpolatingSchedule
                 ) -> Array:
     """Replace tokens still masked by a draw of the jump distribution ``log_pi`` (mask excluded)."""
-    log_pi = jnp.where((jnp.arange(schedule.vocab_size) == schedule.mask_id)[None, :], NEG, log_pi)
+    is_mask = jnp.broadcast_to(jnp.arange(schedule.vocab_size) == schedule.mask_id, log_pi.shape)
+    log_pi = jnp.where(is_mask, NEG, log_pi)
     y = categorical(key, log_pi).astype(z.dtype)
     return jnp.where(z == schedule.mask_id, y, z)
 
@@ -139,20 +143,20 @@ def _sample_rates(key, rate_fn, schedule, num, length, steps, method, t_eps, max
     # ``t_K = eps``) reusing the step's network call, so the compiled sampler holds one forward.
     fill_in_loop = schedule.mask_id is not None and method != "gillespie"
 
-    def one_step(key, z, t, last):
-        if method == "gillespie":
-            return _gillespie_interval(key, z, rate_fn, t, h, max_events)
-        step = euler_jump_step if method == "euler" else tau_leap_step
-        log_lam, log_pi = rate_fn(z, t)
-        stepped = step(key, z, log_lam, log_pi, h)
-        if not fill_in_loop:
-            return stepped
-        return jnp.where(last, _fill_masks(key, z, log_pi, schedule), stepped)
-
     def body(i, z):
         t = (1 - t_eps) - h * i.astype(dtype)
-        keys = jr.split(jr.fold_in(kscan, i), num)
-        return jax.vmap(one_step, in_axes=(0, 0, None, None))(keys, z, t, i == steps)
+        key_i = jr.fold_in(kscan, i)
+        if method == "gillespie":  # event-by-event per sequence
+            return jax.vmap(lambda k, zi: _gillespie_interval(k, zi, rate_fn, t, h, max_events))(
+                jr.split(key_i, num), z)
+        # one network call for the batch, then one draw of random bits for all positions
+        log_lam, log_pi = jax.vmap(rate_fn, in_axes=(0, None))(z, t)
+        k_step, k_fill = jr.split(key_i)
+        step = euler_jump_step if method == "euler" else tau_leap_step
+        stepped = step(k_step, z, log_lam, log_pi, h)
+        if not fill_in_loop:
+            return stepped
+        return jnp.where(i == steps, _fill_masks(k_fill, z, log_pi, schedule), stepped)
 
     z = lax.fori_loop(0, steps + 1 if fill_in_loop else steps, body, z0)
     if schedule.mask_id is None or fill_in_loop:
