@@ -304,8 +304,9 @@ def test_fit_nbffg_full_mode_improves_elbo():
 @pytest.mark.xfail(strict=True, reason=(
     "known shortfall: path mode shares one tree draw across its B leaves (per-edge keys), so a "
     "step's gradient comes from a single draw; at lr 1e-3 that noise makes the IS ELBO worse "
-    "than BFFG's (-2.818 vs -2.709; full mode with one draw per step: -2.881). Independent "
-    "per-leaf draws or more draws per step are the candidate fixes."))
+    "than BFFG's (-2.818 vs -2.709; full mode with one draw per step: -2.881, with eight: "
+    "-2.663). Independent per-leaf draws were tried and do not fix it (B = 2: -2.819, B = 4: "
+    "-2.732); more draws per step or a variance-reduced gradient are the candidates."))
 def test_fit_nbffg_path_mode_improves_elbo():
     gt = _sde_tree(_sde_drift_dw)
     ctrl0 = ControlNet(1, 1, 32, 2, key=jr.key(0))
