@@ -261,7 +261,8 @@ def run(config: dict, key, rec) -> None:
 
     try:
         mdlm = trained.get(("mdlm", 0))
-        _peer_flow_matching(rec, None if mdlm is None else mdlm.bundle, n, length, cfg, trans, mu, nll)
+        _peer_flow_matching(rec, None if mdlm is None else mdlm.bundle, n, length, cfg, trans, mu,
+                            nll)
     except Exception as err:  # the peer must never sink the benchmark: record why it failed
         rec.peer("flow_matching.MixtureDiscreteEulerSolver", f"failed: {err!r}"[:300])
 

@@ -4,7 +4,8 @@ Same distributions as `jax.random.categorical` / `jax.random.uniform`; the bits 
 shape ``(size,)`` and reshaped. On XLA:CPU a threefry draw of a rank-3 shape (what a vmapped
 ``(L, V)`` draw becomes) compiles several times slower than the same number of bits drawn flat:
 measured 1.9 s vs 0.4 s for 32768 bits, and the masked sampler's compile went from 12 s to 4 s.
-The samplers, the forward noising and the losses all draw through these two functions.
+The samplers and the forward noising (`InterpolatingSchedule.sample`, hence the losses' noisy
+inputs) draw through these two functions.
 """
 
 import math

@@ -1,7 +1,8 @@
 """Reverse-time samplers for CTMC-parameterised discrete diffusion (Euler, tau-leaping, Gillespie).
 
 Time runs backwards on the grid ``t_k = 1 - eps - k h``, ``h = (1 - 2 eps)/K``, ``k = 0..K-1``;
-the network is evaluated once per step at ``(z, t_k)`` and positions move in parallel
+the network is evaluated once per step at ``(z, t_k)`` (with a mask token, once more at
+``t = eps`` to fill the tokens still masked) and positions move in parallel
 (a `lax.fori_loop` over steps whose count may be traced, so one compiled sampler serves
 every K; one key per step). The chain starts from the prior ``q_1``.
 
