@@ -80,8 +80,14 @@ class Recorder:
             raise ValueError(f"claim op must be one of {sorted(_OPS)}, got {op!r}.")
         value, threshold = float(value), float(threshold)
         holds = bool(math.isfinite(value) and _OPS[op](value, threshold))
-        entry = {"id": claim_id, "statement": statement, "value": value, "threshold": threshold,
-                 "op": op, "holds": holds}
+        entry = {
+            "id": claim_id,
+            "statement": statement,
+            "value": value,
+            "threshold": threshold,
+            "op": op,
+            "holds": holds,
+        }
         entry.update(_jsonable(extra))
         self.claims.append(_jsonable(entry))
         return holds
@@ -118,12 +124,16 @@ class Recorder:
         return tqdm(iterable, leave=False, **kw)
 
     @staticmethod
-    def time(fn: Callable[..., Any], *args: Any, repeats: int = 5, **kwargs: Any) -> dict[str, float]:
+    def time(
+        fn: Callable[..., Any], *args: Any, repeats: int = 5, **kwargs: Any
+    ) -> dict[str, float]:
         """Time ``fn(*args)``: first call (compile + run) apart from the median of ``repeats``."""
         return time_call(fn, *args, repeats=repeats, **kwargs)
 
 
-def time_call(fn: Callable[..., Any], *args: Any, repeats: int = 5, **kwargs: Any) -> dict[str, float]:
+def time_call(
+    fn: Callable[..., Any], *args: Any, repeats: int = 5, **kwargs: Any
+) -> dict[str, float]:
     """``{"first_call_s", "median_s"}`` of ``fn(*args, **kwargs)``, each ending in block_until_ready."""
     import jax
 
@@ -143,8 +153,16 @@ def environment(seed: int) -> dict[str, Any]:
     import jax
 
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, cwd=_HERE, check=False).stdout.strip() or "unknown"
+        commit = (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"],
+                capture_output=True,
+                text=True,
+                cwd=_HERE,
+                check=False,
+            ).stdout.strip()
+            or "unknown"
+        )
     except OSError:
         commit = "unknown"
     try:
@@ -184,14 +202,26 @@ def load(name: str) -> Any:
 
 
 def _markdown(res: dict[str, Any]) -> str:
-    lines = [f"# {res['name']} ({res['mode']})", "", f"Paper: {res['paper']}", "",
-             f"wall {res['wall_s']:.1f} s, backend {res['env']['backend']}, seed {res['seed']}", ""]
-    lines += ["## Claims", "", "| id | statement | value | op | threshold | holds |",
-              "|---|---|---|---|---|---|"]
+    lines = [
+        f"# {res['name']} ({res['mode']})",
+        "",
+        f"Paper: {res['paper']}",
+        "",
+        f"wall {res['wall_s']:.1f} s, backend {res['env']['backend']}, seed {res['seed']}",
+        "",
+    ]
+    lines += [
+        "## Claims",
+        "",
+        "| id | statement | value | op | threshold | holds |",
+        "|---|---|---|---|---|---|",
+    ]
     for c in res["claims"]:
         mark = "yes" if c["holds"] else "**NO**"
-        lines.append(f"| {c['id']} | {c['statement']} | {c['value']:.4g} | {c['op']} | "
-                     f"{c['threshold']:.4g} | {mark} |")
+        lines.append(
+            f"| {c['id']} | {c['statement']} | {c['value']:.4g} | {c['op']} | "
+            f"{c['threshold']:.4g} | {mark} |"
+        )
     lines += ["", "## Metrics", "", "| metric | value |", "|---|---|"]
     for k, v in res["metrics"].items():
         text = f"{v:.4g}" if isinstance(v, float) else json.dumps(v)
@@ -240,8 +270,10 @@ def run_one(name: str, mode: str, seed: int, out_dir: str) -> dict[str, Any]:
     with open(os.path.join(out_dir, f"{name}.md"), "w") as f:
         f.write(_markdown(res))
     held = sum(c["holds"] for c in rec.claims)
-    print(f"{name}: {held}/{len(rec.claims)} claims hold, wall {wall:.1f} s, "
-          f"{len(rec.figures)} plots -> {out_dir} (devices: {jax.devices()[0].device_kind})")
+    print(
+        f"{name}: {held}/{len(rec.claims)} claims hold, wall {wall:.1f} s, "
+        f"{len(rec.figures)} plots -> {out_dir} (devices: {jax.devices()[0].device_kind})"
+    )
     return res
 
 
@@ -258,24 +290,41 @@ def report(out_dir: str) -> str:
     lines = ["# jaxgen benchmark report", ""]
     total = sum(len(r["claims"]) for r in results)
     held = sum(c["holds"] for r in results for c in r["claims"])
-    lines += [f"{len(results)} benchmarks, {held}/{total} claims hold. Failing claims are marked "
-              "**NO**: they are reported, not hidden.", ""]
+    lines += [
+        f"{len(results)} benchmarks, {held}/{total} claims hold. Failing claims are marked "
+        "**NO**: they are reported, not hidden.",
+        "",
+    ]
     lines += ["| benchmark | mode | wall s | claims held | failing |", "|---|---|---|---|---|"]
     for r in results:
         failing = [c["id"] for c in r["claims"] if not c["holds"]]
         n_ok = len(r["claims"]) - len(failing)
-        lines.append(f"| [{r['name']}]({r['name']}.md) | {r['mode']} | {r['wall_s']:.1f} | "
-                     f"{n_ok}/{len(r['claims'])} | {', '.join(failing) or '-'} |")
+        lines.append(
+            f"| [{r['name']}]({r['name']}.md) | {r['mode']} | {r['wall_s']:.1f} | "
+            f"{n_ok}/{len(r['claims'])} | {', '.join(failing) or '-'} |"
+        )
     for r in results:
-        lines += ["", f"## {r['name']}", "", f"Paper: {r['paper']}", "",
-                  "| claim | value | op | threshold | holds |", "|---|---|---|---|---|"]
+        lines += [
+            "",
+            f"## {r['name']}",
+            "",
+            f"Paper: {r['paper']}",
+            "",
+            "| claim | value | op | threshold | holds |",
+            "|---|---|---|---|---|",
+        ]
         for c in r["claims"]:
             mark = "yes" if c["holds"] else "**NO**"
-            lines.append(f"| {c['id']}: {c['statement']} | {c['value']:.4g} | {c['op']} | "
-                         f"{c['threshold']:.4g} | {mark} |")
+            lines.append(
+                f"| {c['id']}: {c['statement']} | {c['value']:.4g} | {c['op']} | "
+                f"{c['threshold']:.4g} | {mark} |"
+            )
         if r["peers"]:
-            lines += ["", "Peers: " + "; ".join(f"`{k}`: {json.dumps(v)[:200]}"
-                                                for k, v in r["peers"].items())]
+            lines += [
+                "",
+                "Peers: "
+                + "; ".join(f"`{k}`: {json.dumps(v)[:200]}" for k, v in r["peers"].items()),
+            ]
         for n in r.get("notes", []):
             lines.append(f"\n> {n}")
         lines += [""] + [f"![{f}]({f})" for f in r.get("figures", [])]
@@ -321,8 +370,18 @@ def main(argv: list[str] | None = None) -> int:
     # cannot leak into the next, and one broken benchmark does not hide the others.
     failed = []
     for name in benchmark_names():
-        cmd = [sys.executable, "-m", "benchmarks", "run", name, f"--{mode}", "--seed",
-               str(args.seed), "--out", args.out]
+        cmd = [
+            sys.executable,
+            "-m",
+            "benchmarks",
+            "run",
+            name,
+            f"--{mode}",
+            "--seed",
+            str(args.seed),
+            "--out",
+            args.out,
+        ]
         if subprocess.run(cmd, check=False).returncode != 0:
             failed.append(name)
     if failed:

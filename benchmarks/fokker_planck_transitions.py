@@ -15,17 +15,50 @@ import jax.random as jr
 import numpy as np
 
 NAME = "fokker_planck_transitions"
-PAPER = ("Saporiti and Nobile, Neural Galerkin Normalizing Flows for Bayesian Inference of "
-         "Diffusions with Inaccessible Boundaries, arXiv 2606.04324 (2026)")
+PAPER = (
+    "Saporiti and Nobile, Neural Galerkin Normalizing Flows for Bayesian Inference of "
+    "Diffusions with Inaccessible Boundaries, arXiv 2606.04324 (2026)"
+)
 CONFIGS = {
-    "quick": {"width": 8, "units": 4, "colloc": 512, "ng_steps": 32, "solver": "Bosh3",
-              "eps_rel": 1e-4, "n_obs": 250, "warmup": 100, "samples": 150, "chains": 2,
-              "held_out": 32, "ou": False, "real_data": (), "heston": None},
-    "full": {"width": 32, "units": 8, "colloc": 4096, "ng_steps": 120, "solver": "Bosh3",
-             "eps_rel": 1e-4, "n_obs": 1000, "warmup": 1000, "samples": 2000, "chains": 4,
-             "held_out": 256, "ou": True, "real_data": ("exact", "euler"),
-             "heston": {"units": 8, "width": 32, "colloc": 4096, "ng_steps": 120,
-                        "samples": 20000, "amortised": True}},
+    "quick": {
+        "width": 8,
+        "units": 4,
+        "colloc": 512,
+        "ng_steps": 32,
+        "solver": "Bosh3",
+        "eps_rel": 1e-4,
+        "n_obs": 250,
+        "warmup": 100,
+        "samples": 150,
+        "chains": 2,
+        "held_out": 32,
+        "ou": False,
+        "real_data": (),
+        "heston": None,
+    },
+    "full": {
+        "width": 32,
+        "units": 8,
+        "colloc": 4096,
+        "ng_steps": 120,
+        "solver": "Bosh3",
+        "eps_rel": 1e-4,
+        "n_obs": 1000,
+        "warmup": 1000,
+        "samples": 2000,
+        "chains": 4,
+        "held_out": 256,
+        "ou": True,
+        "real_data": ("exact", "euler"),
+        "heston": {
+            "units": 8,
+            "width": 32,
+            "colloc": 4096,
+            "ng_steps": 120,
+            "samples": 20000,
+            "amortised": True,
+        },
+    },
 }
 DELTA = 0.25
 TRUTH = (2.0, 0.06, 4.0)  # kappa, theta, nu (sigma = sqrt(2 kappa theta / nu))
@@ -40,6 +73,7 @@ def _lam(p):
 
 def _kl_table(pde, flow, trained, model, sample, t, keys, grid):
     """Per held-out condition: KL(exact || flow), KL(exact || reference), L1(exact, flow)."""
+
     def one(key):
         x0, lam = sample(key)
         le = jax.vmap(lambda x: pde.exact_log_transition(model, t, x[None], x0, lam))(grid)
@@ -47,8 +81,11 @@ def _kl_table(pde, flow, trained, model, sample, t, keys, grid):
         lr = jax.vmap(lambda x: flow.log_density(t, x[None], x0, lam))(grid)
         w = jnp.gradient(grid)
         pe = jnp.exp(le)
-        return (jnp.sum(w * pe * (le - lf)), jnp.sum(w * pe * (le - lr)),
-                jnp.sum(w * jnp.abs(pe - jnp.exp(lf))))
+        return (
+            jnp.sum(w * pe * (le - lf)),
+            jnp.sum(w * pe * (le - lr)),
+            jnp.sum(w * jnp.abs(pe - jnp.exp(lf))),
+        )
 
     return [np.asarray(v) for v in jax.jit(jax.vmap(one))(keys)]
 
@@ -56,14 +93,24 @@ def _kl_table(pde, flow, trained, model, sample, t, keys, grid):
 def _posterior(pde, logpost, init, key, cfg, rec, timed=True):
     """NUTS draws (unconstrained) and run statistics; time per ESS from a timed gradient call."""
     t0 = time.perf_counter()
-    res = pde.run_nuts(logpost, init, key, num_warmup=cfg["warmup"], num_samples=cfg["samples"],
-                       num_chains=cfg["chains"])
+    res = pde.run_nuts(
+        logpost,
+        init,
+        key,
+        num_warmup=cfg["warmup"],
+        num_samples=cfg["samples"],
+        num_chains=cfg["chains"],
+    )
     jax.block_until_ready(res.samples)
     wall = time.perf_counter() - t0
     u = np.asarray(res.samples)
     min_ess = float(jnp.min(res.ess))
-    out = {"wall_s_incl_compile": wall, "rhat_max": float(jnp.max(res.rhat)), "ess_min": min_ess,
-           "grads_per_draw": float(res.num_grads)}
+    out = {
+        "wall_s_incl_compile": wall,
+        "rhat_max": float(jnp.max(res.rhat)),
+        "ess_min": min_ess,
+        "grads_per_draw": float(res.num_grads),
+    }
     if timed:
         grad_call = rec.time(jax.jit(jax.value_and_grad(logpost)), init)["median_s"]
         total_grads = float(res.num_grads) * cfg["samples"] * cfg["chains"]
@@ -84,26 +131,39 @@ def _heston_check(pde, cfg, key, rec):
     import scipy.stats as st
 
     hes = pde.Heston()
-    sample, lo, hi = pde.heston_condition_sampler(kappa=BOX["kappa"], theta=BOX["theta"],
-                                                  nu=BOX["nu"])
+    sample, lo, hi = pde.heston_condition_sampler(
+        kappa=BOX["kappa"], theta=BOX["theta"], nu=BOX["nu"]
+    )
     x0, lam = jnp.array(HESTON_X0), jnp.array(HESTON_LAM)
     if not cfg["amortised"]:
+
         def sample(k):  # noqa: F811
             del k
             return x0, lam
-    flow = pde.TransitionFlow(hes, lo, hi, num_units=cfg["units"], width=cfg["width"],
-                              key=jr.fold_in(key, 0))
+
+    flow = pde.TransitionFlow(
+        hes, lo, hi, num_units=cfg["units"], width=cfg["width"], key=jr.fold_in(key, 0)
+    )
     t0 = time.perf_counter()
-    path = pde.integrate_ng(flow, sample, DELTA, key=key, num_steps=cfg["ng_steps"],
-                            num_colloc=cfg["colloc"], num_saves=2, eps_rel=1e-4)
+    path = pde.integrate_ng(
+        flow,
+        sample,
+        DELTA,
+        key=key,
+        num_steps=cfg["ng_steps"],
+        num_colloc=cfg["colloc"],
+        num_saves=2,
+        eps_rel=1e-4,
+    )
     jax.block_until_ready(path.thetas)
     rec.metric("heston_ng_train_s_incl_compile", time.perf_counter() - t0)
     rec.metric("heston_num_params", int(path.thetas.shape[1]))
     kappa, theta = HESTON_LAM[1], HESTON_LAM[2]
     v0, n = HESTON_X0[1], cfg["samples"]
     ev = theta + (v0 - theta) * math.exp(-kappa * DELTA)
-    es = HESTON_LAM[0] * DELTA - 0.5 * (theta * DELTA + (v0 - theta)
-                                        * (1 - math.exp(-kappa * DELTA)) / kappa)
+    es = HESTON_LAM[0] * DELTA - 0.5 * (
+        theta * DELTA + (v0 - theta) * (1 - math.exp(-kappa * DELTA)) / kappa
+    )
     c, df, nc = (float(a) for a in pde.cir_transition_params(DELTA, v0, lam[1:4]))
     out = {}
     for name, f in (("reference", flow), ("flow", pde.flow_at(flow, path))):
@@ -111,24 +171,42 @@ def _heston_check(pde, cfg, key, rec):
         s, v = xs[:, 0] - HESTON_X0[0], xs[:, 1]
         ok = np.all(np.isfinite(xs), axis=1)  # a diverged flow fails the claims, not the run
         s, v = s[ok], v[ok]
-        out[name] = {"ks_v": float(st.kstest(2 * c * v, lambda y: st.ncx2.cdf(y, df, nc))
-                                   .statistic) if ok.any() else 1.0,
-                     "ev_z": float((v.mean() - ev) / (v.std() / math.sqrt(ok.sum()))),
-                     "es_z": float((s.mean() - es) / (s.std() / math.sqrt(ok.sum()))),
-                     "finite_fraction": float(ok.mean())}
+        out[name] = {
+            "ks_v": float(st.kstest(2 * c * v, lambda y: st.ncx2.cdf(y, df, nc)).statistic)
+            if ok.any()
+            else 1.0,
+            "ev_z": float((v.mean() - ev) / (v.std() / math.sqrt(ok.sum()))),
+            "es_z": float((s.mean() - es) / (s.std() / math.sqrt(ok.sum()))),
+            "finite_fraction": float(ok.mean()),
+        }
         rec.metric(f"heston_{name}", out[name])
     fl = out["flow"]
     if fl["finite_fraction"] < 1.0:
         fl["ks_v"], fl["ev_z"], fl["es_z"] = 1.0, math.inf, math.inf
-    rec.claim("heston_ks_v", "Heston NG flow: KS distance of the v-marginal vs the exact CIR law "
-              "<= 0.02 (spec check 7)", fl["ks_v"], "<=", 0.02)
-    rec.claim("heston_moments", "Heston NG flow: E v and E[s - s0] within 3 standard errors of "
-              "the closed forms (spec check 7), max |z|", max(abs(fl["ev_z"]), abs(fl["es_z"])),
-              "<=", 3.0)
-    rec.note("Heston check 7 at x0 = (0, 0.04), lam = (mu, kappa, theta, xi, rho) = "
-             f"{HESTON_LAM}, Delta = {DELTA}, {n} flow samples; "
-             + ("amortised over the box." if cfg["amortised"] else "trained on that single "
-                "condition (CPU scale)."))
+    rec.claim(
+        "heston_ks_v",
+        "Heston NG flow: KS distance of the v-marginal vs the exact CIR law <= 0.02 (spec check 7)",
+        fl["ks_v"],
+        "<=",
+        0.02,
+    )
+    rec.claim(
+        "heston_moments",
+        "Heston NG flow: E v and E[s - s0] within 3 standard errors of "
+        "the closed forms (spec check 7), max |z|",
+        max(abs(fl["ev_z"]), abs(fl["es_z"])),
+        "<=",
+        3.0,
+    )
+    rec.note(
+        "Heston check 7 at x0 = (0, 0.04), lam = (mu, kappa, theta, xi, rho) = "
+        f"{HESTON_LAM}, Delta = {DELTA}, {n} flow samples; "
+        + (
+            "amortised over the box."
+            if cfg["amortised"]
+            else "trained on that single condition (CPU scale)."
+        )
+    )
 
 
 def run(config, key, rec):
@@ -140,33 +218,44 @@ def _run(config, key, rec):
     import diffrax as dfx
 
     import jaxgen.pde as pde
-    from jaxgen.data import load_irates, MissingDataError
+    from jaxgen.data import MissingDataError, load_irates
 
     k_cir, k_ou, k_data, k_nuts, k_eval, k_real = jr.split(key, 6)
     if config.get("heston") is not None:
         _heston_check(pde, config["heston"], jr.fold_in(key, 7), rec)
     else:
-        rec.note("Quick mode skips the Heston coupling flow (spec check 7: ~30 s of CPU even for "
-                 "a single condition at a tiny scale); it runs in --full.")
+        rec.note(
+            "Quick mode skips the Heston coupling flow (spec check 7: ~30 s of CPU even for "
+            "a single condition at a tiny scale); it runs in --full."
+        )
     cfg = config
     solver = getattr(dfx, cfg["solver"])()
     cir = pde.CoxIngersollRoss()
-    sample, lo, hi = pde.cir_condition_sampler(kappa=BOX["kappa"], theta=BOX["theta"],
-                                               nu=BOX["nu"])
+    sample, lo, hi = pde.cir_condition_sampler(kappa=BOX["kappa"], theta=BOX["theta"], nu=BOX["nu"])
     # ---- 1. NG training of the CIR transition flow over the parameter box --------------------
-    flow = pde.TransitionFlow(cir, lo, hi, num_units=cfg["units"], width=cfg["width"],
-                              key=jr.fold_in(k_cir, 0))
+    flow = pde.TransitionFlow(
+        cir, lo, hi, num_units=cfg["units"], width=cfg["width"], key=jr.fold_in(k_cir, 0)
+    )
     t0 = time.perf_counter()
-    path = pde.integrate_ng(flow, sample, DELTA, key=k_cir, num_steps=cfg["ng_steps"],
-                            num_colloc=cfg["colloc"], num_saves=2, eps_rel=cfg["eps_rel"],
-                            solver=solver)
+    path = pde.integrate_ng(
+        flow,
+        sample,
+        DELTA,
+        key=k_cir,
+        num_steps=cfg["ng_steps"],
+        num_colloc=cfg["colloc"],
+        num_saves=2,
+        eps_rel=cfg["eps_rel"],
+        solver=solver,
+    )
     jax.block_until_ready(path.thetas)
     rec.metric("cir_ng_train_s_incl_compile", time.perf_counter() - t0)
     rec.metric("num_params", int(path.thetas.shape[1]))
     trained = pde.flow_at(flow, path)
     grid = jnp.exp(jnp.linspace(math.log(1e-5), math.log(1.5), 2000))
-    kl, kl_ref, l1 = _kl_table(pde, flow, trained, cir, sample, DELTA,
-                               jr.split(k_eval, cfg["held_out"]), grid)
+    kl, kl_ref, l1 = _kl_table(
+        pde, flow, trained, cir, sample, DELTA, jr.split(k_eval, cfg["held_out"]), grid
+    )
     n_ho = cfg["held_out"]
     rec.metric("cir_kl_flow_mean", float(kl.mean()))
     rec.metric("cir_kl_flow_mean_se", float(kl.std() / math.sqrt(n_ho)))
@@ -174,12 +263,22 @@ def _run(config, key, rec):
     rec.metric("cir_kl_flow_max", float(kl.max()))
     rec.metric("cir_kl_reference_mean", float(kl_ref.mean()))
     rec.metric("cir_l1_flow_mean", float(l1.mean()))
-    rec.claim("ng_kl_cpu_target", "mean KL(exact || NG flow) over held-out (x0, lam) <= 2e-2 "
-              "nats (spec's CPU target)", float(kl.mean()), "<=", 2e-2,
-              se=float(kl.std() / math.sqrt(n_ho)))
-    rec.claim("ng_beats_reference", "NG flow KL at most 1/4 of the frozen-Gaussian reference's "
-              "(the time stepping learns the non-Gaussian part)",
-              float(kl.mean() / kl_ref.mean()), "<=", 0.25)
+    rec.claim(
+        "ng_kl_cpu_target",
+        "mean KL(exact || NG flow) over held-out (x0, lam) <= 2e-2 nats (spec's CPU target)",
+        float(kl.mean()),
+        "<=",
+        2e-2,
+        se=float(kl.std() / math.sqrt(n_ho)),
+    )
+    rec.claim(
+        "ng_beats_reference",
+        "NG flow KL at most 1/4 of the frozen-Gaussian reference's "
+        "(the time stepping learns the non-Gaussian part)",
+        float(kl.mean() / kl_ref.mean()),
+        "<=",
+        0.25,
+    )
 
     # ---- 2. OU (full only): the same machinery, conditioned on (x0, kappa, sigma, theta) -------
     if cfg["ou"]:
@@ -193,21 +292,43 @@ def _run(config, key, rec):
             x0 = th + jr.uniform(k4, (), minval=-2.0, maxval=2.0) * sig / jnp.sqrt(2 * kap)
             return x0[None], jnp.stack([kap, sig, th])
 
-        ou_flow = pde.TransitionFlow(ou, jnp.array([-3.0, 0.5, 0.2, -1.0]),
-                                     jnp.array([3.0, 2.0, 1.0, 1.0]), num_units=cfg["units"],
-                                     width=cfg["width"], key=jr.fold_in(k_ou, 0))
-        ou_path = pde.integrate_ng(ou_flow, ou_sample, 1.0, key=k_ou, num_steps=cfg["ng_steps"],
-                                   num_colloc=cfg["colloc"], num_saves=2,
-                                   eps_rel=cfg["eps_rel"], solver=solver)
+        ou_flow = pde.TransitionFlow(
+            ou,
+            jnp.array([-3.0, 0.5, 0.2, -1.0]),
+            jnp.array([3.0, 2.0, 1.0, 1.0]),
+            num_units=cfg["units"],
+            width=cfg["width"],
+            key=jr.fold_in(k_ou, 0),
+        )
+        ou_path = pde.integrate_ng(
+            ou_flow,
+            ou_sample,
+            1.0,
+            key=k_ou,
+            num_steps=cfg["ng_steps"],
+            num_colloc=cfg["colloc"],
+            num_saves=2,
+            eps_rel=cfg["eps_rel"],
+            solver=solver,
+        )
         ou_kl, ou_kl_ref, ou_l1 = _kl_table(
-            pde, ou_flow, pde.flow_at(ou_flow, ou_path), ou, ou_sample, 1.0,
-            jr.split(jr.fold_in(k_eval, 1), cfg["held_out"]), jnp.linspace(-6.0, 6.0, 4000))
+            pde,
+            ou_flow,
+            pde.flow_at(ou_flow, ou_path),
+            ou,
+            ou_sample,
+            1.0,
+            jr.split(jr.fold_in(k_eval, 1), cfg["held_out"]),
+            jnp.linspace(-6.0, 6.0, 4000),
+        )
         rec.metric("ou_kl_flow_mean", float(ou_kl.mean()))
         rec.metric("ou_kl_reference_mean", float(ou_kl_ref.mean()))
         rec.metric("ou_l1_flow_mean", float(ou_l1.mean()))
     else:
-        rec.note("Quick mode trains the CIR flow only; the OU flow (KL vs the Gaussian) runs in "
-                 "--full and in tests/pde (Neural Galerkin reproduces the exact OU law).")
+        rec.note(
+            "Quick mode trains the CIR flow only; the OU flow (KL vs the Gaussian) runs in "
+            "--full and in tests/pde (Neural Galerkin reproduces the exact OU law)."
+        )
 
     # ---- 3. Posteriors on a synthetic exact CIR path --------------------------------------------
     truth = _lam(jnp.array([TRUTH[0], math.log(TRUTH[1]), TRUTH[2]]))
@@ -219,11 +340,14 @@ def _run(config, key, rec):
         def logpost(u):
             p, logdet = pde.box_transform(u, plo, phi)
             return loglik(_lam(p)) + logdet
+
         return logpost
 
-    liks = {"exact": lambda lam: pde.exact_path_loglik(cir, xs, lam, DELTA),
-            "euler": lambda lam: pde.euler_path_loglik(cir, xs, lam, DELTA),
-            "surrogate": lambda lam: pde.surrogate_path_loglik(trained, xs, lam, DELTA)}
+    liks = {
+        "exact": lambda lam: pde.exact_path_loglik(cir, xs, lam, DELTA),
+        "euler": lambda lam: pde.euler_path_loglik(cir, xs, lam, DELTA),
+        "surrogate": lambda lam: pde.surrogate_path_loglik(trained, xs, lam, DELTA),
+    }
     init = pde.box_inverse(jnp.array([1.0, math.log(0.05), 4.0]), plo, phi)
     post, stats = {}, {}
     for i, (name, lik) in enumerate(liks.items()):
@@ -232,8 +356,10 @@ def _run(config, key, rec):
         draws = np.array(jax.vmap(lambda u: pde.box_transform(u, plo, phi)[0])(draws_u))
         draws[:, 1] = np.exp(draws[:, 1])
         post[name] = draws
-        rec.metric(f"posterior_{name}", {"mean": draws.mean(0).tolist(),
-                                         "sd": draws.std(0).tolist(), **stats[name]})
+        rec.metric(
+            f"posterior_{name}",
+            {"mean": draws.mean(0).tolist(), "sd": draws.std(0).tolist(), **stats[name]},
+        )
     sd_exact = post["exact"].std(0)
     dev = np.abs(post["surrogate"].mean(0) - post["exact"].mean(0)) / sd_exact
     dev_euler = (post["euler"].mean(0) - post["exact"].mean(0)) / sd_exact
@@ -241,21 +367,43 @@ def _run(config, key, rec):
     rec.metric("surrogate_sd_ratio", (post["surrogate"].std(0) / sd_exact).tolist())
     rec.metric("euler_mean_dev_in_exact_sd", dev_euler.tolist())
     rec.metric("euler_kappa_target_pred", (1 - math.exp(-TRUTH[0] * DELTA)) / DELTA)
-    rec.claim("surrogate_posterior_mean", "CIR surrogate posterior mean of kappa within 0.5 "
-              "exact-posterior sd of the exact-likelihood posterior mean", float(dev[0]), "<=",
-              0.5)
-    rec.claim("surrogate_posterior_all", "all of (kappa, theta, nu) surrogate posterior means "
-              "within 0.5 exact sd", float(dev.max()), "<=", 0.5)
-    rec.claim("euler_kappa_bias", "Euler posterior mean of kappa at least 2 exact sd below the "
-              "exact posterior mean at kappa Delta = 0.5 (spec check 9)", float(-dev_euler[0]),
-              ">=", 2.0)
+    rec.claim(
+        "surrogate_posterior_mean",
+        "CIR surrogate posterior mean of kappa within 0.5 "
+        "exact-posterior sd of the exact-likelihood posterior mean",
+        float(dev[0]),
+        "<=",
+        0.5,
+    )
+    rec.claim(
+        "surrogate_posterior_all",
+        "all of (kappa, theta, nu) surrogate posterior means within 0.5 exact sd",
+        float(dev.max()),
+        "<=",
+        0.5,
+    )
+    rec.claim(
+        "euler_kappa_bias",
+        "Euler posterior mean of kappa at least 2 exact sd below the "
+        "exact posterior mean at kappa Delta = 0.5 (spec check 9)",
+        float(-dev_euler[0]),
+        ">=",
+        2.0,
+    )
     ratio = stats["surrogate"]["time_per_ess_s"] / stats["exact"]["time_per_ess_s"]
     rec.metric("time_per_ess_ratio_surrogate_over_exact", ratio)
-    rec.claim("surrogate_time_per_ess", "surrogate MCMC time per effective sample <= 2x the "
-              "exact ncx2 likelihood's", ratio, "<=", 2.0)
-    rec.note("Time per effective sample = median value_and_grad time x mean leapfrog steps x "
-             "draws / min ESS (compile excluded). The Euler pseudo-likelihood with "
-             "sub-stepping (simulated likelihood) baseline is not implemented: no claim made.")
+    rec.claim(
+        "surrogate_time_per_ess",
+        "surrogate MCMC time per effective sample <= 2x the exact ncx2 likelihood's",
+        ratio,
+        "<=",
+        2.0,
+    )
+    rec.note(
+        "Time per effective sample = median value_and_grad time x mean leapfrog steps x "
+        "draws / min ESS (compile excluded). The Euler pseudo-likelihood with "
+        "sub-stepping (simulated likelihood) baseline is not implemented: no claim made."
+    )
 
     # ---- 4. Real data: Irates r1 (monthly) ------------------------------------------------------
     if cfg["real_data"]:
@@ -269,20 +417,29 @@ def _run(config, key, rec):
             rlo, rhi = jnp.array([0.005, 0.002, 0.005]), jnp.array([3.0, 0.3, 0.5])
             fns = {"exact": pde.exact_path_loglik, "euler": pde.euler_path_loglik}
             for i, name in enumerate(cfg["real_data"]):
+
                 def lp(u, fn=fns[name]):
                     lam, logdet = pde.box_transform(u, rlo, rhi)
                     return fn(cir_free, rx, lam, 1.0 / 12.0) + logdet
+
                 init_r = pde.box_inverse(jnp.array([0.3, 0.05, 0.08]), rlo, rhi)
-                d_u, st = _posterior(pde, lp, init_r, jr.fold_in(k_real, i), cfg, rec,
-                                     timed=False)
+                d_u, st = _posterior(pde, lp, init_r, jr.fold_in(k_real, i), cfg, rec, timed=False)
                 d = np.asarray(jax.vmap(lambda u: pde.box_transform(u, rlo, rhi)[0])(d_u))
                 nu = 2 * d[:, 0] * d[:, 1] / d[:, 2] ** 2
-                rec.metric(f"irates_{name}", {"mean (kappa, theta, sigma)": d.mean(0).tolist(),
-                                              "sd": d.std(0).tolist(),
-                                              "nu_mean": float(nu.mean()), **st})
-            rec.note("Irates (r1, Delta = 1/12): exact-likelihood posterior (and Euler in "
-                     "--full); the surrogate was trained for Delta = 0.25 on the synthetic box, "
-                     "so no Delta = 1/12 flow is used on the real series in this run.")
+                rec.metric(
+                    f"irates_{name}",
+                    {
+                        "mean (kappa, theta, sigma)": d.mean(0).tolist(),
+                        "sd": d.std(0).tolist(),
+                        "nu_mean": float(nu.mean()),
+                        **st,
+                    },
+                )
+            rec.note(
+                "Irates (r1, Delta = 1/12): exact-likelihood posterior (and Euler in "
+                "--full); the surrogate was trained for Delta = 0.25 on the synthetic box, "
+                "so no Delta = 1/12 flow is used on the real series in this run."
+            )
     try:
         import pymle  # noqa: F401
 

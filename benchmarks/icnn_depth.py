@@ -18,8 +18,8 @@ import optax
 
 from jaxgen.core import fit
 from jaxgen.nn import (
-    BoxSampler,
     ICNN,
+    BoxSampler,
     ReLUNet,
     ReLUPlusNet,
     center_biases,
@@ -39,20 +39,50 @@ PAPER = "On the Depth of Monotone ReLU Neural Networks and ICNNs (arXiv:2505.061
 
 CONFIGS = {
     "quick": {
-        "n_values": [4], "widths": [16, 64], "seeds": 2, "relu_plus_seeds": 1, "steps": 1000,
-        "batch": 256, "lr": 3e-3, "relu_plus_width": 64, "relu_plus_hidden": [1, 2, 3],
-        "relu_width": 64, "test_points": 20000, "sup_samples": 2048, "sup_starts": 16,
-        "sup_ascent": 40, "sep_k": [2, 3], "sep_icnn_hidden": [1, 3], "sep_icnn_width": 32,
-        "sep_steps": 1000, "peer_hidden": [1, 3], "peer_width": 64, "peer_steps": 1000,
+        "n_values": [4],
+        "widths": [16, 64],
+        "seeds": 2,
+        "relu_plus_seeds": 1,
+        "steps": 1000,
+        "batch": 256,
+        "lr": 3e-3,
+        "relu_plus_width": 64,
+        "relu_plus_hidden": [1, 2, 3],
+        "relu_width": 64,
+        "test_points": 20000,
+        "sup_samples": 2048,
+        "sup_starts": 16,
+        "sup_ascent": 40,
+        "sep_k": [2, 3],
+        "sep_icnn_hidden": [1, 3],
+        "sep_icnn_width": 32,
+        "sep_steps": 1000,
+        "peer_hidden": [1, 3],
+        "peer_width": 64,
+        "peer_steps": 1000,
     },
     "full": {
-        "n_values": [4, 6, 8], "widths": [32, 128, 512], "seeds": 3, "relu_plus_seeds": 3,
+        "n_values": [4, 6, 8],
+        "widths": [32, 128, 512],
+        "seeds": 3,
+        "relu_plus_seeds": 3,
         "steps": 20000,
-        "batch": 1024, "lr": 3e-3, "relu_plus_width": 128, "relu_plus_hidden": [1, 2, 3, 4],
-        "relu_width": 128, "test_points": 50000, "sup_samples": 16384, "sup_starts": 128,
-        "sup_ascent": 200, "sep_k": [2, 4, 8], "sep_icnn_hidden": [1, 2, 3, 4, 6, 8, 12],
-        "sep_icnn_width": 256, "sep_steps": 20000, "peer_hidden": [1, 2, 3, 4],
-        "peer_width": 128, "peer_steps": 20000,
+        "batch": 1024,
+        "lr": 3e-3,
+        "relu_plus_width": 128,
+        "relu_plus_hidden": [1, 2, 3, 4],
+        "relu_width": 128,
+        "test_points": 50000,
+        "sup_samples": 16384,
+        "sup_starts": 128,
+        "sup_ascent": 200,
+        "sep_k": [2, 4, 8],
+        "sep_icnn_hidden": [1, 2, 3, 4, 6, 8, 12],
+        "sep_icnn_width": 256,
+        "sep_steps": 20000,
+        "peer_hidden": [1, 2, 3, 4],
+        "peer_width": 128,
+        "peer_steps": 20000,
     },
 }
 
@@ -72,27 +102,31 @@ def _max_one(z):
 
 @eqx.filter_jit
 def _sup_vs_max(model, key, n, samples, starts, ascent):
-    return sup_error(model, _max_one, key, n, num_samples=samples, num_starts=starts,
-                     num_ascent=ascent)
+    return sup_error(
+        model, _max_one, key, n, num_samples=samples, num_starts=starts, num_ascent=ascent
+    )
 
 
 def _evaluate(model, x_test, key, n, cfg):
     """Test RMSE and ascent-estimated sup error against MAX_n on [-1, 1]^n."""
     rmse = float(_rmse(model, x_test, max_n(x_test)))
-    sup = float(_sup_vs_max(model, key, n, cfg["sup_samples"], cfg["sup_starts"],
-                            cfg["sup_ascent"]))
+    sup = float(
+        _sup_vs_max(model, key, n, cfg["sup_samples"], cfg["sup_starts"], cfg["sup_ascent"])
+    )
     return rmse, sup
 
 
 def _fit(model, target, key, cfg, optimizer, steps):
-    return fit_on_box(model, target, key=key, num_steps=steps, optimizer=optimizer,
-                      batch_size=cfg["batch"]).model
+    return fit_on_box(
+        model, target, key=key, num_steps=steps, optimizer=optimizer, batch_size=cfg["batch"]
+    ).model
 
 
 def _ensemble_loss(models, batch, key):
     """Sum over the stacked seeds of each one's mean squared error (independent fits: the
     parameters are disjoint and Adam is per-parameter, so this is one compiled call for all seeds
-    instead of one per seed)."""
+    instead of one per seed).
+    """
     del key
     x, y = batch
     pred = eqx.filter_vmap(lambda m: jax.vmap(m)(x))(models)
@@ -103,26 +137,37 @@ def _joint_loss(groups, batch, key):
     """Sum of `_ensemble_loss` over groups of stacked ensembles of different architectures: the
     parameters are disjoint and Adam is per-parameter, so every (architecture, seed) member is
     trained independently, with one compiled step and one dispatch per step for the whole sweep
-    (per-step dispatch, not arithmetic, dominated the per-architecture fits)."""
+    (per-step dispatch, not arithmetic, dominated the per-architecture fits).
+    """
     return sum(_ensemble_loss(g, batch, key) for g in groups)
 
 
 def _fit_sweep(specs, n, target, key, cfg, optimizer, steps):
     """Train every ``(cls, widths, keys)`` of ``specs`` jointly on the same batches; returns, per
-    spec, the list of trained members (one per key)."""
-    groups = tuple(eqx.filter_vmap(lambda k, c=cls, w=widths: c(n, w, key=k))(keys)
-                   for cls, widths, keys in specs)
+    spec, the list of trained members (one per key).
+    """
+    groups = tuple(
+        eqx.filter_vmap(lambda k, c=cls, w=widths: c(n, w, key=k))(keys)
+        for cls, widths, keys in specs
+    )
     dtype = jax.tree_util.tree_leaves(groups)[0].dtype
     sampler = BoxSampler(target, n, cfg["batch"], dtype=dtype)
-    groups = fit(_joint_loss, groups, sampler, optimizer, num_steps=steps, key=key,
-                 progress=False).model
-    return [[jax.tree_util.tree_map(lambda v, i=i: v[i] if eqx.is_array(v) else v, g)
-             for i in range(len(keys))] for g, (_, _, keys) in zip(groups, specs)]
+    groups = fit(
+        _joint_loss, groups, sampler, optimizer, num_steps=steps, key=key, progress=False
+    ).model
+    return [
+        [
+            jax.tree_util.tree_map(lambda v, i=i: v[i] if eqx.is_array(v) else v, g)
+            for i in range(len(keys))
+        ]
+        for g, (_, _, keys) in zip(groups, specs)
+    ]
 
 
 def _fit_seeds(cls, n, widths, keys, target, key, cfg, optimizer, steps):
     """Train ``len(keys)`` independently initialised networks on the same batches; returns the
-    list of trained members."""
+    list of trained members.
+    """
     models = eqx.filter_vmap(lambda k: cls(n, widths, key=k))(keys)
     dtype = jax.tree_util.tree_leaves(models)[0].dtype
     if cfg.get("center_init", False):
@@ -130,10 +175,13 @@ def _fit_seeds(cls, n, widths, keys, target, key, cfg, optimizer, steps):
         x0 = jr.uniform(jr.fold_in(key, 12345), (1024, n), dtype, -1.0, 1.0)
         models = eqx.filter_vmap(lambda m: center_biases(m, x0))(models)
     sampler = BoxSampler(target, n, cfg["batch"], dtype=dtype)
-    models = fit(_ensemble_loss, models, sampler, optimizer, num_steps=steps, key=key,
-                 progress=False).model
-    return [jax.tree_util.tree_map(lambda v, i=i: v[i] if eqx.is_array(v) else v, models)
-            for i in range(len(keys))]
+    models = fit(
+        _ensemble_loss, models, sampler, optimizer, num_steps=steps, key=key, progress=False
+    ).model
+    return [
+        jax.tree_util.tree_map(lambda v, i=i: v[i] if eqx.is_array(v) else v, models)
+        for i in range(len(keys))
+    ]
 
 
 def _scaled_fk(k):
@@ -184,14 +232,21 @@ def _ott_peer(rec, n, cfg, key, x_test):
         wall = time.perf_counter() - t0
         rmse = float(jnp.sqrt(loss(params, x_test)))
         pred = jax.jit(jax.vmap(lambda z: net.apply({"params": params}, z)))(x_test)
-        out[f"n_hidden={L + 1}"] = {"rmse": rmse, "max_err_test": float(
-            jnp.max(jnp.abs(pred - y_test))), "train_wall_s": wall}
-    rec.peer("ott-jax ICNN", {
-        "note": "ott ICNN(dim_hidden=[w]*L, pos_weights=True): L+1 ReLU layers (the last of width "
-                "1), plus quadratic PosDefPotentials skips; not piecewise linear, so not an ICNN "
-                "in the paper's sense. Same data distribution and optimiser; `peer_steps` "
-                "steps (quick: 1000, half the jaxgen sweep's, to fit the time budget).",
-        **out})
+        out[f"n_hidden={L + 1}"] = {
+            "rmse": rmse,
+            "max_err_test": float(jnp.max(jnp.abs(pred - y_test))),
+            "train_wall_s": wall,
+        }
+    rec.peer(
+        "ott-jax ICNN",
+        {
+            "note": "ott ICNN(dim_hidden=[w]*L, pos_weights=True): L+1 ReLU layers (the last of width "
+            "1), plus quadratic PosDefPotentials skips; not piecewise linear, so not an ICNN "
+            "in the paper's sense. Same data distribution and optimiser; `peer_steps` "
+            "steps (quick: 1000, half the jaxgen sweep's, to fit the time budget).",
+            **out,
+        },
+    )
     return out
 
 
@@ -206,8 +261,10 @@ def run(config, key, rec):
     # exact constructions (float default dtype)
     for n in cfg["n_values"]:
         x = 10.0 * jr.normal(jr.fold_in(k_max, 999), (cfg["test_points"], n), dtype)
-        for name, model in [("icnn_max_exact", icnn_max_exact(n)),
-                            ("relu_max_tree", relu_max_tree(n))]:
+        for name, model in [
+            ("icnn_max_exact", icnn_max_exact(n)),
+            ("relu_max_tree", relu_max_tree(n)),
+        ]:
             err = float(jnp.max(jnp.abs(jax.vmap(model)(x) - max_n(x)) / (1 + jnp.abs(max_n(x)))))
             rec.metric(f"{name}_n{n}_rel_err", err)
             rec.metric(f"{name}_n{n}_depth", model.depth)
@@ -225,14 +282,20 @@ def run(config, key, rec):
                 cells.append((width, L, kk))
         # ReLU+ (width relu_plus_width, several depths) and the plain ReLU net join the same fit
         for L in cfg["relu_plus_hidden"]:
-            specs.append((ReLUPlusNet, (cfg["relu_plus_width"],) * L,
-                          jr.split(jr.fold_in(k_plus, L), cfg["relu_plus_seeds"])))
-        specs.append((ReLUNet, (cfg["relu_width"],) * 2,
-                      jr.split(jr.fold_in(k_plus, 77), cfg["seeds"])))
+            specs.append(
+                (
+                    ReLUPlusNet,
+                    (cfg["relu_plus_width"],) * L,
+                    jr.split(jr.fold_in(k_plus, L), cfg["relu_plus_seeds"]),
+                )
+            )
+        specs.append(
+            (ReLUNet, (cfg["relu_width"],) * 2, jr.split(jr.fold_in(k_plus, 77), cfg["seeds"]))
+        )
         t_fit = time.perf_counter()
         trained = _fit_sweep(specs, n, max_n, jr.fold_in(k_max, 4242), cfg, opt, cfg["steps"])
         rec.metric(f"n{n}_sweep_fit_s", time.perf_counter() - t_fit)
-        trained_plus = trained[len(cells):len(cells) + len(cfg["relu_plus_hidden"])]
+        trained_plus = trained[len(cells) : len(cells) + len(cfg["relu_plus_hidden"])]
         trained_relu = trained[-1]
         table = {}
         for (width, L, kk), members in zip(cells, trained):
@@ -264,8 +327,10 @@ def run(config, key, rec):
         results[("plus", n)] = plus
         kk = jr.fold_in(k_plus, 78)
         members = trained_relu
-        rm = [_evaluate(model, x_test, jr.fold_in(kk, 2 + s), n, cfg)
-              for s, model in enumerate(members)]
+        rm = [
+            _evaluate(model, x_test, jr.fold_in(kk, 2 + s), n, cfg)
+            for s, model in enumerate(members)
+        ]
         results[("relu", n)] = tuple(float(v) for v in np.mean(rm, axis=0))
         rec.metric(f"n{n}_relunet_depth3_rmse", results[("relu", n)][0])
         rec.metric(f"n{n}_relunet_depth3_sup", results[("relu", n)][1])
@@ -292,14 +357,21 @@ def run(config, key, rec):
         row = {}
         for L in cfg["sep_icnn_hidden"]:
             k_init, k_fit = jr.split(jr.fold_in(jr.fold_in(k_sep, 100 * k + L), 0))
-            model = _fit(ICNN(2, (cfg["sep_icnn_width"],) * L, key=k_init), target, k_fit, cfg,
-                         opt, cfg["sep_steps"])
+            model = _fit(
+                ICNN(2, (cfg["sep_icnn_width"],) * L, key=k_init),
+                target,
+                k_fit,
+                cfg,
+                opt,
+                cfg["sep_steps"],
+            )
             row[L + 1] = float(_rmse(model, x_test, target(x_test))) / std
             rec.metric(f"fk{k}_icnn_depth{L + 1}_rel_rmse", row[L + 1])
         k_init, k_fit = jr.split(jr.fold_in(k_sep, 5000 + k))
         width = 8 * (k + 1) ** 2
-        model = _fit(ReLUNet(2, (width, width), key=k_init), target, k_fit, cfg, opt,
-                     cfg["sep_steps"])
+        model = _fit(
+            ReLUNet(2, (width, width), key=k_init), target, k_fit, cfg, opt, cfg["sep_steps"]
+        )
         relu_rel = float(_rmse(model, x_test, target(x_test))) / std
         rec.metric(f"fk{k}_relunet_2hidden_w{width}_rel_rmse", relu_rel)
         reach = [d for d, v in sorted(row.items()) if v <= 1e-2]
@@ -309,26 +381,57 @@ def run(config, key, rec):
     # claims on the first n
     icnn = results[("icnn", n0)]
     w_lo, w_hi = min(cfg["widths"]), max(cfg["widths"])
-    rec.claim("depth2_width_saturation",
-              f"depth-2 ICNN RMSE on MAX_{n0} does not improve with width: "
-              f"RMSE(w{w_hi}) / RMSE(w{w_lo})", icnn[(w_hi, 2)][0] / icnn[(w_lo, 2)][0], ">=", 0.8)
-    rec.claim("depth_n_vs_depth2",
-              f"ICNN width {w_hi}: RMSE(depth {n0}) / RMSE(depth 2)",
-              icnn[(w_hi, n0)][0] / icnn[(w_hi, 2)][0], "<=", 0.6)
+    rec.claim(
+        "depth2_width_saturation",
+        f"depth-2 ICNN RMSE on MAX_{n0} does not improve with width: RMSE(w{w_hi}) / RMSE(w{w_lo})",
+        icnn[(w_hi, 2)][0] / icnn[(w_lo, 2)][0],
+        ">=",
+        0.8,
+    )
+    rec.claim(
+        "depth_n_vs_depth2",
+        f"ICNN width {w_hi}: RMSE(depth {n0}) / RMSE(depth 2)",
+        icnn[(w_hi, n0)][0] / icnn[(w_hi, 2)][0],
+        "<=",
+        0.6,
+    )
     plus = results[("plus", n0)]
-    rec.claim("reluplus_corner_floor",
-              "min over ReLU+ depths of max |N - MAX_n| at {0, e1, e2, e1+e2} (Cor. A2: >= 1/4)",
-              min(v[2] for v in plus.values()), ">=", 0.25)
-    rec.claim("reluplus_rmse_floor", "min over ReLU+ depths of test RMSE on [-1,1]^n",
-              min(v[0] for v in plus.values()), ">=", 0.15)
-    rec.claim("icnn_max_exact", f"icnn_max_exact({n0}) max relative error (depth {n0})",
-              results[("icnn_max_exact", n0)], "<=", 1e-5)
-    rec.claim("relu_max_tree", f"relu_max_tree({n0}) max relative error",
-              results[("relu_max_tree", n0)], "<=", 1e-5)
-    rec.note("Plain Adam does not reach the exact depth-n ICNN (error stays > 0); the d < n vs "
-             "d = n contrast is a trend, the exact solution's basin is checked in the tests.")
-    rec.note("f_k (triangular-lattice candidate, spec 2.5) is a jaxgen choice, not the paper's "
-             "family; its ICNN-depth growth is reported, not claimed.")
+    rec.claim(
+        "reluplus_corner_floor",
+        "min over ReLU+ depths of max |N - MAX_n| at {0, e1, e2, e1+e2} (Cor. A2: >= 1/4)",
+        min(v[2] for v in plus.values()),
+        ">=",
+        0.25,
+    )
+    rec.claim(
+        "reluplus_rmse_floor",
+        "min over ReLU+ depths of test RMSE on [-1,1]^n",
+        min(v[0] for v in plus.values()),
+        ">=",
+        0.15,
+    )
+    rec.claim(
+        "icnn_max_exact",
+        f"icnn_max_exact({n0}) max relative error (depth {n0})",
+        results[("icnn_max_exact", n0)],
+        "<=",
+        1e-5,
+    )
+    rec.claim(
+        "relu_max_tree",
+        f"relu_max_tree({n0}) max relative error",
+        results[("relu_max_tree", n0)],
+        "<=",
+        1e-5,
+    )
+    rec.note(
+        "Plain Adam does not reach the exact depth-n ICNN (error stays > 0); the d < n vs "
+        "d = n contrast is a trend, the exact solution's basin is checked in the tests."
+    )
+    rec.note(
+        "f_k (triangular-lattice candidate, spec 2.5) is a jaxgen choice, not the paper's "
+        "family; its ICNN-depth growth is reported, not claimed."
+    )
     rec.metric("wall_before_plots_s", time.perf_counter() - t_start)
 
     with rec.figure("max_error_vs_depth", ncols=2, figsize=(10, 4)) as (fig, axes):
@@ -339,8 +442,13 @@ def run(config, key, rec):
                 ax.plot(ds, [icnn[(width, d)][idx] for d in ds], "o-", label=f"ICNN w{width}")
             ds = sorted(plus)
             ax.plot(ds, [plus[d][idx] for d in ds], "s--", label=f"ReLU+ w{cfg['relu_plus_width']}")
-            ax.plot([3], [results[("relu", n0)][idx]], "k*", ms=12,
-                    label=f"ReLU net w{cfg['relu_width']}")
+            ax.plot(
+                [3],
+                [results[("relu", n0)][idx]],
+                "k*",
+                ms=12,
+                label=f"ReLU net w{cfg['relu_width']}",
+            )
             ax.axvline(n0, color="grey", ls=":", lw=1)
             ax.set_yscale("log")
             ax.set_xlabel("depth (= hidden layers + 1)")
@@ -351,12 +459,15 @@ def run(config, key, rec):
         for k, (row, relu_rel) in sep.items():
             ds = sorted(row)
             line = ax.plot(ds, [row[d] for d in ds], "o-", label=f"ICNN, k={k}")[0]
-            ax.axhline(relu_rel, color=line.get_color(), ls="--",
-                       label=f"ReLU 2 hidden w{8 * (k + 1) ** 2}, k={k}")
+            ax.axhline(
+                relu_rel,
+                color=line.get_color(),
+                ls="--",
+                label=f"ReLU 2 hidden w{8 * (k + 1) ** 2}, k={k}",
+            )
         ax.axhline(1e-2, color="grey", ls=":", lw=1)
         ax.set_yscale("log")
         ax.set_xlabel("ICNN depth")
         ax.set_ylabel("RMSE / std(f_k)")
         ax.set_title("f_k separation candidate (rescaled to [-1,1]^2)")
         ax.legend(fontsize=7)
-

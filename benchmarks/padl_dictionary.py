@@ -18,18 +18,43 @@ from jaxgen.data import MissingDataError, extract_patches, load_digits, load_sam
 from jaxgen.dictionary import debias_codes, fit_padl, storage_bits, transform
 
 NAME = "padl_dictionary"
-PAPER = ("Zhao, Tang, Li: On the Sparsity-Storage-Accuracy Tradeoff in Parsimoniously Activated "
-         "Dictionary Learning (arXiv 2606.22352)")
+PAPER = (
+    "Zhao, Tang, Li: On the Sparsity-Storage-Accuracy Tradeoff in Parsimoniously Activated "
+    "Dictionary Learning (arXiv 2606.22352)"
+)
 CONFIGS = {
-    "quick": {"planted": {"d": 32, "k_true": 20, "K": 100, "N": 3000, "lam1": 0.1, "lam0": 10.0},
-              "patch_train": 2000, "patch_test": 500, "patch_K": 64, "digits_K": 32,
-              "warmup": 3, "steps": 12, "ramp": 4, "prune_every": 4, "path_size": 4,
-              "path_steps": 6, "sk_iter": 10, "vlm_crops": 6, "vlm_m": [4, 8, 16]},
-    "full": {"planted": {"d": 32, "k_true": 20, "K": 100, "N": 3000, "lam1": 0.1, "lam0": 10.0},
-             "patch_train": 10000, "patch_test": 2000, "patch_K": 256, "digits_K": 128,
-             "warmup": 10, "steps": 40, "ramp": 10, "prune_every": 10, "path_size": 8,
-             "path_steps": 15, "sk_iter": 50,
-             "vlm_crops": 50, "vlm_m": [4, 8, 16, 32]},
+    "quick": {
+        "planted": {"d": 32, "k_true": 20, "K": 100, "N": 3000, "lam1": 0.1, "lam0": 10.0},
+        "patch_train": 2000,
+        "patch_test": 500,
+        "patch_K": 64,
+        "digits_K": 32,
+        "warmup": 3,
+        "steps": 12,
+        "ramp": 4,
+        "prune_every": 4,
+        "path_size": 4,
+        "path_steps": 6,
+        "sk_iter": 10,
+        "vlm_crops": 6,
+        "vlm_m": [4, 8, 16],
+    },
+    "full": {
+        "planted": {"d": 32, "k_true": 20, "K": 100, "N": 3000, "lam1": 0.1, "lam0": 10.0},
+        "patch_train": 10000,
+        "patch_test": 2000,
+        "patch_K": 256,
+        "digits_K": 128,
+        "warmup": 10,
+        "steps": 40,
+        "ramp": 10,
+        "prune_every": 10,
+        "path_size": 8,
+        "path_steps": 15,
+        "sk_iter": 50,
+        "vlm_crops": 50,
+        "vlm_m": [4, 8, 16, 32],
+    },
 }
 
 
@@ -51,8 +76,12 @@ def _patches(key, n_train, n_test):
     images = load_sample_images(grey=True)
     keys = jr.split(key, len(images))
     per = (n_train + n_test) // len(images) + 1
-    P = np.concatenate([extract_patches(im, 8, key=k, num=per).reshape(per, 64)
-                        for im, k in zip(images, keys, strict=True)])
+    P = np.concatenate(
+        [
+            extract_patches(im, 8, key=k, num=per).reshape(per, 64)
+            for im, k in zip(images, keys, strict=True)
+        ]
+    )
     P = P[np.asarray(jr.permutation(key, len(P)))][: n_train + n_test]
     P = P - P.mean(axis=1, keepdims=True)  # DC removed (added back exactly: PSNR of the rest)
     return P[:n_train].T.astype(np.float32), P[n_train:].T.astype(np.float32)
@@ -73,8 +102,13 @@ def _sk_lasso_matched(Xte, comps, target_nnz):
     lo, hi = 1e-4, 1.0
     for _ in range(10):
         alpha = np.sqrt(lo * hi)
-        code = sparse_encode(Xte.T.astype(np.float64), comps.astype(np.float64),
-                             algorithm="lasso_cd", alpha=alpha, max_iter=300)
+        code = sparse_encode(
+            Xte.T.astype(np.float64),
+            comps.astype(np.float64),
+            algorithm="lasso_cd",
+            alpha=alpha,
+            max_iter=300,
+        )
         nnz = np.count_nonzero(code) / Xte.shape[1]
         if abs(nnz - target_nnz) <= 0.05 * target_nnz:
             break
@@ -88,9 +122,16 @@ def _compare(name, Xtr, Xte, K, config, key, rec):
 
     out = {}
     t0 = time.perf_counter()
-    padl = fit_padl(jnp.asarray(Xtr), K, key=key, hyper="mdl", warmup_steps=config["warmup"],
-                    max_steps=config["steps"], ramp_steps=config["ramp"],
-                    prune_every=config["prune_every"])
+    padl = fit_padl(
+        jnp.asarray(Xtr),
+        K,
+        key=key,
+        hyper="mdl",
+        warmup_steps=config["warmup"],
+        max_steps=config["steps"],
+        ramp_steps=config["ramp"],
+        prune_every=config["prune_every"],
+    )
     out["padl_fit_s"] = time.perf_counter() - t0
     lam1 = padl.hyperparameters["lam1"]
     t0 = time.perf_counter()
@@ -98,17 +139,30 @@ def _compare(name, Xtr, Xte, K, config, key, rec):
     out["padl_transform_s"] = time.perf_counter() - t0
     D = np.asarray(padl.dictionary)
     nnz = float(np.count_nonzero(np.asarray(R))) / Xte.shape[1]
-    out.update(padl_active=padl.num_active, K=K, padl_nnz=nnz,
-               padl_psnr=_psnr(Xte, D @ np.asarray(R)),
-               padl_train_psnr=_psnr(Xtr, D @ np.asarray(padl.codes)),
-               padl_storage_bits=storage_bits(np.asarray(R), dim=Xte.shape[0],
-                                              active=np.asarray(padl.active)),
-               padl_hyper=padl.hyperparameters)
+    out.update(
+        padl_active=padl.num_active,
+        K=K,
+        padl_nnz=nnz,
+        padl_psnr=_psnr(Xte, D @ np.asarray(R)),
+        padl_train_psnr=_psnr(Xtr, D @ np.asarray(padl.codes)),
+        padl_storage_bits=storage_bits(
+            np.asarray(R), dim=Xte.shape[0], active=np.asarray(padl.active)
+        ),
+        padl_hyper=padl.hyperparameters,
+    )
     # Equal-iteration fit time: PADL at fixed (learned) hyper-parameters, compiled already.
     iters = config["sk_iter"]
     t0 = time.perf_counter()
-    fit_padl(jnp.asarray(Xtr), K, key=key, hyper={"lam1": lam1, "lam0": padl.hyperparameters[
-        "lam0"]}, warmup_steps=0, max_steps=iters, tol=0.0, throw=False)
+    fit_padl(
+        jnp.asarray(Xtr),
+        K,
+        key=key,
+        hyper={"lam1": lam1, "lam0": padl.hyperparameters["lam0"]},
+        warmup_steps=0,
+        max_steps=iters,
+        tol=0.0,
+        throw=False,
+    )
     out["padl_fit_equal_iters_s"] = time.perf_counter() - t0
     try:
         from sklearn.decomposition import DictionaryLearning, MiniBatchDictionaryLearning
@@ -118,12 +172,29 @@ def _compare(name, Xtr, Xte, K, config, key, rec):
     target = max(1, round(nnz))
     best = -np.inf
     for label, est in (
-        ("DictionaryLearning", DictionaryLearning(n_components=K, alpha=lam1, max_iter=iters,
-                                                  fit_algorithm="cd", tol=1e-12,
-                                                  transform_algorithm="omp", random_state=0)),
-        ("MiniBatchDictionaryLearning", MiniBatchDictionaryLearning(
-            n_components=K, alpha=lam1, batch_size=256, max_iter=iters,
-            transform_algorithm="omp", random_state=0)),
+        (
+            "DictionaryLearning",
+            DictionaryLearning(
+                n_components=K,
+                alpha=lam1,
+                max_iter=iters,
+                fit_algorithm="cd",
+                tol=1e-12,
+                transform_algorithm="omp",
+                random_state=0,
+            ),
+        ),
+        (
+            "MiniBatchDictionaryLearning",
+            MiniBatchDictionaryLearning(
+                n_components=K,
+                alpha=lam1,
+                batch_size=256,
+                max_iter=iters,
+                transform_algorithm="omp",
+                random_state=0,
+            ),
+        ),
     ):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -136,14 +207,22 @@ def _compare(name, Xtr, Xte, K, config, key, rec):
             omp = est.transform(Xte.T.astype(np.float64)).T
             omp_s = time.perf_counter() - t0
             lasso, lasso_nnz = _sk_lasso_matched(Xte, comps, nnz)
-        lasso_db = np.asarray(debias_codes(jnp.asarray(Xte), jnp.asarray(comps.T, jnp.float32),
-                                           jnp.asarray(lasso, jnp.float32)))
-        row = {"fit_s": fit_s, "omp_transform_s": omp_s, "omp_nnz": target,
-               "psnr_omp": _psnr(Xte, comps.T @ omp), "lasso_nnz": lasso_nnz,
-               "psnr_lasso": _psnr(Xte, comps.T @ lasso),
-               "psnr_lasso_debiased": _psnr(Xte, comps.T @ lasso_db),
-               "active_atoms": int(np.sum(np.any(omp != 0, axis=1))),
-               "storage_bits_omp": storage_bits(omp, dim=Xte.shape[0])}
+        lasso_db = np.asarray(
+            debias_codes(
+                jnp.asarray(Xte), jnp.asarray(comps.T, jnp.float32), jnp.asarray(lasso, jnp.float32)
+            )
+        )
+        row = {
+            "fit_s": fit_s,
+            "omp_transform_s": omp_s,
+            "omp_nnz": target,
+            "psnr_omp": _psnr(Xte, comps.T @ omp),
+            "lasso_nnz": lasso_nnz,
+            "psnr_lasso": _psnr(Xte, comps.T @ lasso),
+            "psnr_lasso_debiased": _psnr(Xte, comps.T @ lasso_db),
+            "active_atoms": int(np.sum(np.any(omp != 0, axis=1))),
+            "storage_bits_omp": storage_bits(omp, dim=Xte.shape[0]),
+        }
         rec.peer(f"sklearn.{label}[{name}]", row)
         best = max(best, row["psnr_omp"], row["psnr_lasso_debiased"])
         out[f"{label}_fit_s"] = fit_s
@@ -152,15 +231,31 @@ def _compare(name, Xtr, Xte, K, config, key, rec):
 
 
 def _path(Xtr, Xte, K, config, key):
-    res = fit_padl(jnp.asarray(Xtr), K, key=key, hyper="path", path_size=config["path_size"],
-                   path_steps=config["path_steps"], warmup_steps=config["warmup"], throw=False,
-                   ramp_steps=config["ramp"], prune_every=config["prune_every"])
+    res = fit_padl(
+        jnp.asarray(Xtr),
+        K,
+        key=key,
+        hyper="path",
+        path_size=config["path_size"],
+        path_steps=config["path_steps"],
+        warmup_steps=config["warmup"],
+        throw=False,
+        ramp_steps=config["ramp"],
+        prune_every=config["prune_every"],
+    )
     p = res.path
-    return {"lam0": p["lam0"], "num_active": p["num_active"], "train_rel_error": p["rel_error"],
-            "train_psnr": [float(10 * np.log10(Xtr.size / r)) for r in p["rss"]],
-            "storage_bits": p["storage_bits"], "nnz_per_sample": p["nnz_per_sample"],
-            "selected": int(p["selected"]), "test_psnr_selected": _psnr(
-                Xte, np.asarray(res.dictionary) @ np.asarray(transform(jnp.asarray(Xte), res)))}
+    return {
+        "lam0": p["lam0"],
+        "num_active": p["num_active"],
+        "train_rel_error": p["rel_error"],
+        "train_psnr": [float(10 * np.log10(Xtr.size / r)) for r in p["rss"]],
+        "storage_bits": p["storage_bits"],
+        "nnz_per_sample": p["nnz_per_sample"],
+        "selected": int(p["selected"]),
+        "test_psnr_selected": _psnr(
+            Xte, np.asarray(res.dictionary) @ np.asarray(transform(jnp.asarray(Xte), res))
+        ),
+    }
 
 
 def _span_psnr(T, B):
@@ -179,11 +274,12 @@ def _vlm_proxy(padl_D, lam1, config, key):
     for c in range(config["vlm_crops"]):
         im = images[c % len(images)]
         r, s = rng.integers(0, im.shape[0] - 64), rng.integers(0, im.shape[1] - 64)
-        crop = im[r:r + 64, s:s + 64]
+        crop = im[r : r + 64, s : s + 64]
         T = crop.reshape(8, 8, 8, 8).transpose(0, 2, 1, 3).reshape(64, 64)
         T = T - T.mean(axis=1, keepdims=True)
-        codes = np.asarray(transform(jnp.asarray(T.T, jnp.float32), padl_D, lam1=lam1,
-                                     debias=False))
+        codes = np.asarray(
+            transform(jnp.asarray(T.T, jnp.float32), padl_D, lam1=lam1, debias=False)
+        )
         usage = np.abs(codes).sum(axis=1)
         norms = np.linalg.norm(T, axis=1)
         for m in config["vlm_m"]:
@@ -201,28 +297,50 @@ def run(config, key, rec):
     # 1. Planted dictionary (spec check 6).
     p = config["planted"]
     X, D_true = _planted(0, p["d"], p["k_true"], p["N"])
-    res = fit_padl(jnp.asarray(X), p["K"], key=k_planted,
-                   hyper={"lam1": p["lam1"], "lam0": p["lam0"]})
+    res = fit_padl(
+        jnp.asarray(X), p["K"], key=k_planted, hyper={"lam1": p["lam1"], "lam0": p["lam0"]}
+    )
     D = np.asarray(res.dictionary)[:, np.asarray(res.active)]
     cos = np.abs(D_true.T @ D) / np.linalg.norm(D, axis=0, keepdims=True)
     recovery = float(np.mean(cos.max(axis=1) > 0.95))
     h = res.history
-    seq = np.stack([h["objective_start"], h["objective_r"], h["objective_prune"],
-                    h["objective"]], 1)
+    seq = np.stack(
+        [h["objective_start"], h["objective_r"], h["objective_prune"], h["objective"]], 1
+    )
     worst = float(np.max(np.diff(seq, axis=1) / np.abs(seq[:, :-1])))
     rec.metric("planted_active_atoms", res.num_active)
     rec.metric("planted_atom_recovery", recovery)
-    rec.metric("planted_rel_error", float(np.linalg.norm(X - np.asarray(res.dictionary)
-                                                         @ np.asarray(res.codes))
-                                          / np.linalg.norm(X)))
-    rec.claim("planted_active_atoms_min", "count penalty keeps >= the 20 planted atoms",
-              res.num_active, ">=", 20)
-    rec.claim("planted_active_atoms_max", "count penalty keeps <= 22 atoms (20 planted)",
-              res.num_active, "<=", 22)
-    rec.claim("planted_atom_recovery", "fraction of planted atoms with |cos| > 0.95",
-              recovery, ">=", 0.95)
-    rec.claim("objective_monotone", "largest relative objective increase within an iteration "
-              "(R-step, prune, D-step; float32)", worst, "<=", 1e-6)
+    rec.metric(
+        "planted_rel_error",
+        float(
+            np.linalg.norm(X - np.asarray(res.dictionary) @ np.asarray(res.codes))
+            / np.linalg.norm(X)
+        ),
+    )
+    rec.claim(
+        "planted_active_atoms_min",
+        "count penalty keeps >= the 20 planted atoms",
+        res.num_active,
+        ">=",
+        20,
+    )
+    rec.claim(
+        "planted_active_atoms_max",
+        "count penalty keeps <= 22 atoms (20 planted)",
+        res.num_active,
+        "<=",
+        22,
+    )
+    rec.claim(
+        "planted_atom_recovery", "fraction of planted atoms with |cos| > 0.95", recovery, ">=", 0.95
+    )
+    rec.claim(
+        "objective_monotone",
+        "largest relative objective increase within an iteration (R-step, prune, D-step; float32)",
+        worst,
+        "<=",
+        1e-6,
+    )
     print(f"planted done: {res.num_active} atoms", flush=True)
     # 2. Patches and digits at matched sparsity.
     try:
@@ -232,8 +350,10 @@ def run(config, key, rec):
         rec.note(f"image data unavailable: {err}")
         return
     rows = {}
-    for name, (a, b, K, k) in {"patches": (Xtr, Xte, config["patch_K"], k_fit),
-                               "digits": (Dtr, Dte, config["digits_K"], k_digits)}.items():
+    for name, (a, b, K, k) in {
+        "patches": (Xtr, Xte, config["patch_K"], k_fit),
+        "digits": (Dtr, Dte, config["digits_K"], k_digits),
+    }.items():
         t0 = time.perf_counter()
         rows[name] = _compare(name, a, b, K, config, k, rec)
         print(f"{name}: {time.perf_counter() - t0:.1f} s", flush=True)
@@ -244,13 +364,30 @@ def run(config, key, rec):
     if "best_sklearn_psnr" in pr:
         drop = pr["best_sklearn_psnr"] - pr["padl_psnr"]
         rec.metric("psnr_drop_vs_sklearn_matched_nnz", drop)
-        rec.claim("active_atom_fraction_patches", "PADL (mdl) uses <= 60% of the atoms on "
-                  "patches", frac, "<=", 0.6)
-        rec.claim("psnr_drop_vs_sklearn_matched_nnz", "test PSNR drop vs the best scikit-learn "
-                  "baseline at matched nnz (debiased/OMP codes), dB", drop, "<=", 1.5)
+        rec.claim(
+            "active_atom_fraction_patches",
+            "PADL (mdl) uses <= 60% of the atoms on patches",
+            frac,
+            "<=",
+            0.6,
+        )
+        rec.claim(
+            "psnr_drop_vs_sklearn_matched_nnz",
+            "test PSNR drop vs the best scikit-learn "
+            "baseline at matched nnz (debiased/OMP codes), dB",
+            drop,
+            "<=",
+            1.5,
+        )
         ratio = pr["padl_fit_equal_iters_s"] / pr["DictionaryLearning_fit_s"]
-        rec.claim("fit_time_ratio_vs_sklearn", "PADL fit time / scikit-learn DictionaryLearning "
-                  "fit time at equal iterations (patches)", ratio, "<=", 1.0)
+        rec.claim(
+            "fit_time_ratio_vs_sklearn",
+            "PADL fit time / scikit-learn DictionaryLearning "
+            "fit time at equal iterations (patches)",
+            ratio,
+            "<=",
+            1.0,
+        )
     # 3. The trade-off curve (lambda_0 path) on patches.
     path = _path(Xtr, Xte, config["patch_K"], config, k_fit)
     rec.metric("patches_path", path)
@@ -260,30 +397,54 @@ def run(config, key, rec):
         for label in ("DictionaryLearning", "MiniBatchDictionaryLearning"):
             peer = rec.peers.get(f"sklearn.{label}[patches]")
             if isinstance(peer, dict):
-                axes[0].scatter([peer["active_atoms"]], [peer["psnr_omp"]], marker="x",
-                                label=f"{label} OMP (test)")
+                axes[0].scatter(
+                    [peer["active_atoms"]],
+                    [peer["psnr_omp"]],
+                    marker="x",
+                    label=f"{label} OMP (test)",
+                )
         axes[0].set(xlabel="active atoms |A|", ylabel="PSNR (dB)", title="PSNR vs active atoms")
         axes[0].legend(fontsize=7)
         axes[1].plot(np.asarray(path["storage_bits"]) / 8e3, path["train_psnr"], "o-")
         axes[1].set(xlabel="storage (kB)", ylabel="train PSNR (dB)", title="PSNR vs storage")
     print("path done", flush=True)
     # 4. VLM token-selection proxy.
-    padl_patch = fit_padl(jnp.asarray(Xtr), config["patch_K"], key=k_fit, hyper="mdl",
-                          warmup_steps=config["warmup"], max_steps=config["steps"],
-                          ramp_steps=config["ramp"], prune_every=config["prune_every"])
-    vlm = _vlm_proxy(padl_patch.dictionary[:, padl_patch.active],
-                     padl_patch.hyperparameters["lam1"], config, k_fit)
+    padl_patch = fit_padl(
+        jnp.asarray(Xtr),
+        config["patch_K"],
+        key=k_fit,
+        hyper="mdl",
+        warmup_steps=config["warmup"],
+        max_steps=config["steps"],
+        ramp_steps=config["ramp"],
+        prune_every=config["prune_every"],
+    )
+    vlm = _vlm_proxy(
+        padl_patch.dictionary[:, padl_patch.active],
+        padl_patch.hyperparameters["lam1"],
+        config,
+        k_fit,
+    )
     rec.metric("vlm_proxy_psnr", vlm)
-    rec.claim("vlm_proxy_psnr_padl_minus_kmeans_m8", "token-selection proxy: PADL atoms minus "
-              "k-means centroids, PSNR at m=8 (paper's claim, unverified)",
-              vlm[8]["padl"] - vlm[8]["kmeans"], ">=", 0.0)
+    rec.claim(
+        "vlm_proxy_psnr_padl_minus_kmeans_m8",
+        "token-selection proxy: PADL atoms minus "
+        "k-means centroids, PSNR at m=8 (paper's claim, unverified)",
+        vlm[8]["padl"] - vlm[8]["kmeans"],
+        ">=",
+        0.0,
+    )
     with rec.figure("vlm_proxy") as (fig, ax):
         for method in ("padl", "kmeans", "norm", "random"):
-            ax.plot(config["vlm_m"], [vlm[m][method] for m in config["vlm_m"]], "o-",
-                    label=method)
-        ax.set(xlabel="kept tokens / basis size m", ylabel="token PSNR (dB)",
-               title="VLM token-selection proxy")
+            ax.plot(config["vlm_m"], [vlm[m][method] for m in config["vlm_m"]], "o-", label=method)
+        ax.set(
+            xlabel="kept tokens / basis size m",
+            ylabel="token PSNR (dB)",
+            title="VLM token-selection proxy",
+        )
         ax.legend()
-    rec.note("Quick mode uses much smaller K, N and iteration counts than the spec (patches "
-             "K=64 on 2000 patches, digits K=32, 12 outer iterations) to fit the CPU budget; "
-             "full mode uses the spec's sizes.")
+    rec.note(
+        "Quick mode uses much smaller K, N and iteration counts than the spec (patches "
+        "K=64 on 2000 patches, digits K=32, 12 outer iterations) to fit the CPU budget; "
+        "full mode uses the spec's sizes."
+    )

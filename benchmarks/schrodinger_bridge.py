@@ -31,22 +31,52 @@ from jaxgen.core import adamw_cosine, fit
 from jaxgen.metrics import energy_distance, mmd_unbiased, sliced_w2
 
 NAME = "schrodinger_bridge"
-PAPER = ("Schrödinger potential approximation and estimation via neural networks "
-         "(NeurIPS 2026; predecessor arXiv 2506.03043)")
+PAPER = (
+    "Schrödinger potential approximation and estimation via neural networks "
+    "(NeurIPS 2026; predecessor arXiv 2506.03043)"
+)
 CONFIGS = {
     "quick": {
-        "gauss_ns": [256, 1024, 4096], "gauss_seeds": 4, "gauss_steps": 200, "gauss_T": 1.0,
-        "ring_dims": [2, 8, 32], "ring_n": 4096, "ring_T": 3.0, "width": 64, "depth": 2,
-        "steps": 300, "batch": 128, "num_sources": 128, "num_inner": 8, "lr": 3e-3,
-        "num_samples": 500, "sample_steps": 50, "sample_inner": 16, "num_test": 1000,
+        "gauss_ns": [256, 1024, 4096],
+        "gauss_seeds": 4,
+        "gauss_steps": 200,
+        "gauss_T": 1.0,
+        "ring_dims": [2, 8, 32],
+        "ring_n": 4096,
+        "ring_T": 3.0,
+        "width": 64,
+        "depth": 2,
+        "steps": 300,
+        "batch": 128,
+        "num_sources": 128,
+        "num_inner": 8,
+        "lr": 3e-3,
+        "num_samples": 500,
+        "sample_steps": 50,
+        "sample_inner": 16,
+        "num_test": 1000,
         "sinkhorn_n": 512,
     },
     "full": {
-        "gauss_ns": [256, 1024, 4096, 16384], "gauss_seeds": 50, "gauss_steps": 1000,
-        "gauss_T": 1.0, "ring_dims": [2, 8, 32, 128], "ring_n": 10000, "ring_T": 3.0,
-        "width": 128, "depth": 3, "steps": 20000, "batch": 512, "num_sources": 1024,
-        "num_inner": 64, "lr": 2e-3, "num_samples": 5000, "sample_steps": 200,
-        "sample_inner": 256, "num_test": 5000, "sinkhorn_n": 10000,
+        "gauss_ns": [256, 1024, 4096, 16384],
+        "gauss_seeds": 50,
+        "gauss_steps": 1000,
+        "gauss_T": 1.0,
+        "ring_dims": [2, 8, 32, 128],
+        "ring_n": 10000,
+        "ring_T": 3.0,
+        "width": 128,
+        "depth": 3,
+        "steps": 20000,
+        "batch": 512,
+        "num_sources": 1024,
+        "num_inner": 64,
+        "lr": 2e-3,
+        "num_samples": 5000,
+        "sample_steps": 200,
+        "sample_inner": 256,
+        "num_test": 5000,
+        "sinkhorn_n": 10000,
     },
 }
 
@@ -90,21 +120,38 @@ def _gaussian_part(config, key, rec):
             # Start at the large-horizon limit psi ~ log(N(ybar, Sbar) / N(0, I)) (spec 2.4).
             prec = jnp.linalg.inv(stats[1] - jnp.outer(stats[0], stats[0]))
             psi0 = QuadraticLogPotential(prec - jnp.eye(d), prec @ stats[0])
-            res = fit(_quadratic_nll, psi0, _Stats(stats), opt, num_steps=config["gauss_steps"],
-                      key=k_fit, progress=False)
+            res = fit(
+                _quadratic_nll,
+                psi0,
+                _Stats(stats),
+                opt,
+                num_steps=config["gauss_steps"],
+                key=k_fit,
+                progress=False,
+            )
             m_hat, S_hat = quadratic_terminal_law(res.model, ref, T)
             vals.append(float(gaussian_kl(mu, S, m_hat, S_hat)))
         kls[n] = vals
     ns = np.array(config["gauss_ns"], float)
     mean_kl = np.array([np.mean(kls[n]) for n in config["gauss_ns"]])
     slope = float(np.polyfit(np.log(ns), np.log(mean_kl), 1)[0])
-    rec.metric("gauss_kl_mean_by_n", {str(n): float(v) for n, v in zip(config["gauss_ns"], mean_kl)})
-    rec.metric("gauss_kl_se_by_n", {str(n): float(np.std(kls[n], ddof=1) / np.sqrt(len(kls[n])))
-                                    for n in config["gauss_ns"]})
+    rec.metric(
+        "gauss_kl_mean_by_n", {str(n): float(v) for n, v in zip(config["gauss_ns"], mean_kl)}
+    )
+    rec.metric(
+        "gauss_kl_se_by_n",
+        {str(n): float(np.std(kls[n], ddof=1) / np.sqrt(len(kls[n]))) for n in config["gauss_ns"]},
+    )
     rec.metric("gauss_kl_slope", slope)
-    rec.claim("gauss_kl_rate", "KL(rho*, rho_hat) on a Gaussian target decays like 1/n: "
-              "|log-log slope + 1| <= 0.3 (slope in [-1.3, -0.7])", abs(slope + 1.0), "<=", 0.3,
-              slope=slope)
+    rec.claim(
+        "gauss_kl_rate",
+        "KL(rho*, rho_hat) on a Gaussian target decays like 1/n: "
+        "|log-log slope + 1| <= 0.3 (slope in [-1.3, -0.7])",
+        abs(slope + 1.0),
+        "<=",
+        0.3,
+        slope=slope,
+    )
     return ns, mean_kl, slope
 
 
@@ -134,6 +181,7 @@ def _ring_part(config, key, rec):
     results = {}
     try:
         import ott  # noqa: F401
+
         have_ott = True
     except ImportError:
         have_ott = False
@@ -151,32 +199,48 @@ def _ring_part(config, key, rec):
         ref = OUReference(d)
         psi0 = BoundedMLPLogPotential(d, config["width"], config["depth"], key=k_fit, ref=ref)
         t0 = time.perf_counter()
-        res = fit_log_potential(k_fit, psi0, Y, ref=ref, T=T, num_steps=config["steps"],
-                                batch_size=config["batch"], num_sources=config["num_sources"],
-                                num_inner=config["num_inner"], learning_rate=config["lr"],
-                                progress=False)
+        res = fit_log_potential(
+            k_fit,
+            psi0,
+            Y,
+            ref=ref,
+            T=T,
+            num_steps=config["steps"],
+            batch_size=config["batch"],
+            num_sources=config["num_sources"],
+            num_inner=config["num_inner"],
+            learning_rate=config["lr"],
+            progress=False,
+        )
         psi = res.model
         fit_s = time.perf_counter() - t0
         x0 = jr.normal(k_x0, (config["num_samples"], d))
         quad = monte_carlo(k_q, d, config["sample_inner"])
         t0 = time.perf_counter()
-        X = sample_bridge(k_sde, psi, ref, T, x0, num_steps=config["sample_steps"], quad=quad,
-                          brownian="unsafe")
+        X = sample_bridge(
+            k_sde, psi, ref, T, x0, num_steps=config["sample_steps"], quad=quad, brownian="unsafe"
+        )
         X = jax.block_until_ready(X)
         sample_s = time.perf_counter() - t0
         Yt_n = Yt[: config["num_samples"]]
         row = _sample_metrics(X, Yt_n, P, d, k_sw, ot)
-        row.update(fit_s=fit_s, sample_s=sample_s, final_loss=float(np.mean(res.losses[-50:])),
-                   heldout_nll=float(evaluate_nll(k_ev, psi, Yt, ref=ref, T=T)),
-                   train_nll=float(evaluate_nll(k_ev, psi, Y[: config["num_test"]], ref=ref, T=T)))
+        row.update(
+            fit_s=fit_s,
+            sample_s=sample_s,
+            final_loss=float(np.mean(res.losses[-50:])),
+            heldout_nll=float(evaluate_nll(k_ev, psi, Yt, ref=ref, T=T)),
+            train_nll=float(evaluate_nll(k_ev, psi, Y[: config["num_test"]], ref=ref, T=T)),
+        )
         results[("sbnn", d)] = row
         if have_ott:
             x_src = jr.normal(k_src, (config["sinkhorn_n"], d))
             t0 = time.perf_counter()
             atoms, converged = _sinkhorn_bridge_potential(x_src, Y[: config["sinkhorn_n"]], ref, T)
             Xs = jax.block_until_ready(
-                sample_bridge(k_sde, atoms, ref, T, x0, num_steps=config["sample_steps"],
-                              brownian="unsafe"))
+                sample_bridge(
+                    k_sde, atoms, ref, T, x0, num_steps=config["sample_steps"], brownian="unsafe"
+                )
+            )
             srow = _sample_metrics(Xs, Yt_n, P, d, k_sw, ot)
             srow.update(wall_s=time.perf_counter() - t0, converged=converged)
             results[("sinkhorn", d)] = srow
@@ -189,14 +253,16 @@ def _ring_part(config, key, rec):
             results[("sbcfm", d)] = crow
         # Noise floor: a second independent target sample of the same size.
         results[("floor", d)] = _sample_metrics(
-            _ring(jr.fold_in(k_test, 7), config["num_samples"], P, d), Yt_n, P, d, k_sw, ot)
+            _ring(jr.fold_in(k_test, 7), config["num_samples"], P, d), Yt_n, P, d, k_sw, ot
+        )
     return results
 
 
 def _sbcfm_peer(config, Y, x0, d):
-    """torchcfm SB conditional flow matching (Brownian reference, mini-batch exact OT through POT),
+    """Torchcfm SB conditional flow matching (Brownian reference, mini-batch exact OT through POT),
     a torch MLP of the same width/depth, the same samples, steps and batch; Euler ODE sampling
-    with the same number of steps. Returns (samples, wall_s) or a reason string."""
+    with the same number of steps. Returns (samples, wall_s) or a reason string.
+    """
     try:
         import torch
         from torchcfm.conditional_flow_matching import SchrodingerBridgeConditionalFlowMatcher
@@ -231,9 +297,11 @@ def _sbcfm_peer(config, Y, x0, d):
 
 
 def _sample_metrics(X, Yt, P, d, key, ot):
-    row = {"energy_distance": float(energy_distance(X, Yt)),
-           "mmd2": float(mmd_unbiased(X, Yt)),
-           "sliced_w2": float(sliced_w2(key, X, Yt, 64))}
+    row = {
+        "energy_distance": float(energy_distance(X, Yt)),
+        "mmd2": float(mmd_unbiased(X, Yt)),
+        "sliced_w2": float(sliced_w2(key, X, Yt, 64)),
+    }
     Xp, Yp = np.asarray(X @ P.T), np.asarray(Yt @ P.T)
     if ot is not None:
         M = ot.dist(Xp, Yp)
@@ -260,30 +328,49 @@ def run(config, key, rec):
     ratio_nn = results[("sbnn", hi)]["energy_distance"] / results[("sbnn", lo)]["energy_distance"]
     rec.metric("ed_ratio_sbnn", ratio_nn)
     if have_sink:
-        ratio_sk = (results[("sinkhorn", hi)]["energy_distance"]
-                    / results[("sinkhorn", lo)]["energy_distance"])
+        ratio_sk = (
+            results[("sinkhorn", hi)]["energy_distance"]
+            / results[("sinkhorn", lo)]["energy_distance"]
+        )
         rec.metric("ed_ratio_sinkhorn", ratio_sk)
-        rec.claim("d_insensitivity",
-                  f"energy-distance ratio d={hi}/d={lo} of the learned-potential bridge is below "
-                  "the Sinkhorn plug-in bridge's (value = ratio_sbnn / ratio_sinkhorn)",
-                  ratio_nn / ratio_sk, "<", 1.0, ratio_sbnn=ratio_nn, ratio_sinkhorn=ratio_sk)
-        rec.peer("ott-jax sinkhorn plug-in bridge", {
-            f"d{d}_{k}": v for d in dims for k, v in results[("sinkhorn", d)].items()})
+        rec.claim(
+            "d_insensitivity",
+            f"energy-distance ratio d={hi}/d={lo} of the learned-potential bridge is below "
+            "the Sinkhorn plug-in bridge's (value = ratio_sbnn / ratio_sinkhorn)",
+            ratio_nn / ratio_sk,
+            "<",
+            1.0,
+            ratio_sbnn=ratio_nn,
+            ratio_sinkhorn=ratio_sk,
+        )
+        rec.peer(
+            "ott-jax sinkhorn plug-in bridge",
+            {f"d{d}_{k}": v for d in dims for k, v in results[("sinkhorn", d)].items()},
+        )
     if ("sbnn", 8) in results and "complement_cov_err" in results[("sbnn", 8)]:
-        rec.claim("complement_stationary_d8",
-                  "at d=8 the complement covariance of SB-NN samples is I +- 0.1 (max |eig - 1|; "
-                  "noise floor of an exact sample reported as ring_floor_d8_complement_cov_err)",
-                  results[("sbnn", 8)]["complement_cov_err"], "<=", 0.1)
+        rec.claim(
+            "complement_stationary_d8",
+            "at d=8 the complement covariance of SB-NN samples is I +- 0.1 (max |eig - 1|; "
+            "noise floor of an exact sample reported as ring_floor_d8_complement_cov_err)",
+            results[("sbnn", 8)]["complement_cov_err"],
+            "<=",
+            0.1,
+        )
     if sbcfm and all(isinstance(v, dict) for v in sbcfm.values()):
-        rec.peer("torchcfm SB-CFM", {f"d{d}_{k}": v for d, row in sbcfm.items()
-                                     for k, v in row.items()})
+        rec.peer(
+            "torchcfm SB-CFM", {f"d{d}_{k}": v for d, row in sbcfm.items() for k, v in row.items()}
+        )
         rec.metric("ed_ratio_sbcfm", sbcfm[hi]["energy_distance"] / sbcfm[lo]["energy_distance"])
     else:
         rec.peer("torchcfm SB-CFM", "not installed")
-    rec.note(f"Gaussian KL slope {slope:.3f} (quadratic class, closed-form KL of the fitted "
-             "bridge's terminal law).")
-    rec.note("ring-8: k=2 ring in a random 2-D subspace + N(0, I) complement; OU reference b=1, "
-             f"Sigma=2I, T={config['ring_T']}; SB-NN = bounded MLP potential fitted by the E1 NLL.")
+    rec.note(
+        f"Gaussian KL slope {slope:.3f} (quadratic class, closed-form KL of the fitted "
+        "bridge's terminal law)."
+    )
+    rec.note(
+        "ring-8: k=2 ring in a random 2-D subspace + N(0, I) complement; OU reference b=1, "
+        f"Sigma=2I, T={config['ring_T']}; SB-NN = bounded MLP potential fitted by the E1 NLL."
+    )
     with rec.figure("results", ncols=3, figsize=(14, 4)) as (fig, axes):
         axes[0].loglog(ns, mean_kl, "o-", label=f"quadratic SB (slope {slope:.2f})")
         axes[0].loglog(ns, mean_kl[0] * ns[0] / ns, "k--", label="1/n")
@@ -291,21 +378,39 @@ def run(config, key, rec):
         axes[0].legend()
         for label, vals in (
             ("SB-NN (learned potential)", [results[("sbnn", d)]["energy_distance"] for d in dims]),
-            ("Sinkhorn plug-in (ott)", [results[("sinkhorn", d)]["energy_distance"] for d in dims]
-             if have_sink else None),
-            ("SB-CFM (torchcfm)", [sbcfm[d]["energy_distance"] for d in dims]
-             if len(sbcfm) == len(dims) and all(isinstance(v, dict) for v in sbcfm.values())
-             else None),
+            (
+                "Sinkhorn plug-in (ott)",
+                [results[("sinkhorn", d)]["energy_distance"] for d in dims] if have_sink else None,
+            ),
+            (
+                "SB-CFM (torchcfm)",
+                [sbcfm[d]["energy_distance"] for d in dims]
+                if len(sbcfm) == len(dims) and all(isinstance(v, dict) for v in sbcfm.values())
+                else None,
+            ),
             ("exact sample", [results[("floor", d)]["energy_distance"] for d in dims]),
         ):
             if vals is not None:
                 axes[1].plot(dims, vals, "o-", label=label)
-        axes[1].set(xscale="log", yscale="log", xlabel="ambient d (d_eff = 2)",
-                    ylabel="energy distance to held-out", title="ring-8 vs ambient dimension")
+        axes[1].set(
+            xscale="log",
+            yscale="log",
+            xlabel="ambient d (d_eff = 2)",
+            ylabel="energy distance to held-out",
+            title="ring-8 vs ambient dimension",
+        )
         axes[1].legend()
         d_show = dims[-1]
-        axes[2].plot(dims, [results[("sbnn", d)]["heldout_nll"] / d for d in dims], "o-",
-                     label="SB-NN held-out NLL / d")
-        axes[2].set(xscale="log", xlabel="ambient d", ylabel="NLL per dim",
-                    title=f"held-out NLL (d up to {d_show})")
+        axes[2].plot(
+            dims,
+            [results[("sbnn", d)]["heldout_nll"] / d for d in dims],
+            "o-",
+            label="SB-NN held-out NLL / d",
+        )
+        axes[2].set(
+            xscale="log",
+            xlabel="ambient d",
+            ylabel="NLL per dim",
+            title=f"held-out NLL (d up to {d_show})",
+        )
         axes[2].legend()

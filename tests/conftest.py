@@ -8,7 +8,8 @@ import os
 # notebooks, whose kernels inherit this environment). Set before jax initialises its backend.
 _FAST_COMPILE = ("--xla_backend_optimization_level=0", "--xla_llvm_disable_expensive_passes=true")
 os.environ["XLA_FLAGS"] = " ".join(
-    [os.environ.get("XLA_FLAGS", "")] + [f for f in _FAST_COMPILE if f not in os.environ.get("XLA_FLAGS", "")]
+    [os.environ.get("XLA_FLAGS", "")]
+    + [f for f in _FAST_COMPILE if f not in os.environ.get("XLA_FLAGS", "")]
 ).strip()
 
 import jax  # noqa: E402

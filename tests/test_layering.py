@@ -60,6 +60,7 @@ def test_family_imports_follow_the_layering(family):
 
 
 def test_no_jax_config_update_inside_the_library():
-    offenders = [str(p.relative_to(ROOT)) for p in ROOT.rglob("*.py")
-                 if "jax.config.update" in p.read_text()]
+    offenders = [
+        str(p.relative_to(ROOT)) for p in ROOT.rglob("*.py") if "jax.config.update" in p.read_text()
+    ]
     assert not offenders

@@ -126,7 +126,9 @@ def ou_bridge_moments(
     return m + a * (x0 - m) + c * (xT - m), w * ref.Sigma
 
 
-def _bridge_coeffs(ref: AbstractReference, t: ArrayLike, T: ArrayLike) -> tuple[Array, Array, Array]:
+def _bridge_coeffs(
+    ref: AbstractReference, t: ArrayLike, T: ArrayLike
+) -> tuple[Array, Array, Array]:
     ct, cT = ref.cov_factor(t), ref.cov_factor(T)
     Frem = ref.decay(jnp.asarray(T) - t)
     c = Frem * ct / cT
@@ -203,8 +205,7 @@ def quadratic_terminal_law(
         x, y = z[:d], z[d:]
         r0 = jax.scipy.linalg.solve_triangular(chol_0, x - mu0, lower=True)
         rT = jax.scipy.linalg.solve_triangular(chol_T, y - ref.mean(x, T), lower=True)
-        return (-0.5 * r0 @ r0 - 0.5 * rT @ rT + psi(y)
-                - psi.log_heat(ref, x, jnp.asarray(T, dtype)))
+        return -0.5 * r0 @ r0 - 0.5 * rT @ rT + psi(y) - psi.log_heat(ref, x, jnp.asarray(T, dtype))
 
     z0 = jnp.zeros(2 * d, dtype)
     P = -jax.hessian(log_joint)(z0)
@@ -224,5 +225,7 @@ def gaussian_kl(
     L1 = jnp.linalg.cholesky(S1)
     A = jax.scipy.linalg.solve_triangular(L1, jnp.linalg.cholesky(S0), lower=True)
     r = jax.scipy.linalg.solve_triangular(L1, mu1 - mu0, lower=True)
-    logdet = 2.0 * (jnp.sum(jnp.log(jnp.diagonal(L1))) - jnp.sum(jnp.log(jnp.diagonal(jnp.linalg.cholesky(S0)))))
+    logdet = 2.0 * (
+        jnp.sum(jnp.log(jnp.diagonal(L1))) - jnp.sum(jnp.log(jnp.diagonal(jnp.linalg.cholesky(S0))))
+    )
     return 0.5 * (jnp.sum(A**2) + r @ r - d + logdet)

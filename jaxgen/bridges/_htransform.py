@@ -21,7 +21,8 @@ from ._reference import AbstractReference, _check_horizon
 
 
 def guide(
-    b: Float[Array, " dim"], a: Float[Array, "dim dim"] | Float[Array, " dim"],
+    b: Float[Array, " dim"],
+    a: Float[Array, "dim dim"] | Float[Array, " dim"],
     grad_log_h: Float[Array, " dim"],
 ) -> Float[Array, " dim"]:
     r"""The h-transformed drift value ``b + a grad_x log h`` at one point.

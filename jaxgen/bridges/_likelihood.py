@@ -83,7 +83,9 @@ def log_terminal_density(
         return psi(y) + log_marg + jax.nn.logsumexp(outer.log_weights - lh)
     bank = jnp.asarray(outer)
     if bank.ndim != 2 or bank.shape[1] != d:
-        raise ValueError(f"`outer` must be a Quadrature or a (N, {d}) source bank, got {bank.shape}.")
+        raise ValueError(
+            f"`outer` must be a Quadrature or a (N, {d}) source bank, got {bank.shape}."
+        )
     lh = source_bank_log_h(psi, ref, T, bank, inner)
     return _e1_from_bank(psi, ref, y, T, bank, lh)
 

@@ -66,18 +66,44 @@ def sample_bridge(
     x0 = check_samples(x0, ref.dim, "x0")
     drift = doob_drift(psi, ref, T, quad)
     keys = jr.split(key, x0.shape[0])
-    return _sample(drift, _ConstantDiffusion(ref.sqrt_Sigma), x0, keys, float(T), num_steps, ts,
-                   solver, brownian)
+    return _sample(
+        drift,
+        _ConstantDiffusion(ref.sqrt_Sigma),
+        x0,
+        keys,
+        float(T),
+        num_steps,
+        ts,
+        solver,
+        brownian,
+    )
 
 
 @eqx.filter_jit
-def _sample(drift: Any, diffusion: Any, x0: Any, keys: Any, T: float, steps: int, ts: Any,
-            solver: Any, brownian: str) -> Array:
+def _sample(
+    drift: Any,
+    diffusion: Any,
+    x0: Any,
+    keys: Any,
+    T: float,
+    steps: int,
+    ts: Any,
+    solver: Any,
+    brownian: str,
+) -> Array:
     def one(x: Array, k: Array) -> Array:
-        sol = solve_sde(drift, diffusion, x, key=k, t0=0.0, t1=T, steps=steps, ts=ts,
-                        solver=solver, brownian=brownian)
+        sol = solve_sde(
+            drift,
+            diffusion,
+            x,
+            key=k,
+            t0=0.0,
+            t1=T,
+            steps=steps,
+            ts=ts,
+            solver=solver,
+            brownian=brownian,
+        )
         return sol.ys if ts is not None else sol.ys[-1]
 
     return jax.vmap(one)(x0, keys)
-
-

@@ -157,8 +157,16 @@ def fit_log_potential(
     loss = SBNLLLoss(ref, T, num_sources=num_sources, num_inner=num_inner, penalty=penalty)
     if optimizer is None:
         optimizer = adamw_cosine(learning_rate, max(num_steps, 1), weight_decay=0.0)
-    return fit(loss, psi, _RowSampler(Y, batch_size), optimizer, num_steps=num_steps, key=key,
-               checkpoint_dir=checkpoint_dir, progress=progress)
+    return fit(
+        loss,
+        psi,
+        _RowSampler(Y, batch_size),
+        optimizer,
+        num_steps=num_steps,
+        key=key,
+        checkpoint_dir=checkpoint_dir,
+        progress=progress,
+    )
 
 
 def evaluate_nll(
@@ -188,5 +196,3 @@ def _evaluate_nll(key: Any, psi: Any, Y: Any, ref: Any, T: Any, N: int, M: int) 
     lh = source_bank_log_h(psi, ref, T, bank, inner)
     ll = jax.lax.map(lambda y: _e1_from_bank(psi, ref, y, T, bank, lh), Y, batch_size=256)
     return -jnp.mean(ll)
-
-

@@ -342,14 +342,10 @@ def backward_filter(
         if not isinstance(num_steps, int) or num_steps < 1:
             raise ValueError(f"`num_steps` must be an int >= 1, got {num_steps!r}.")
     else:
-        raise TypeError(
-            f"`proxy` must be LinearKernels or LinearSDEs, got {type(proxy).__name__}."
-        )
+        raise TypeError(f"`proxy` must be LinearKernels or LinearSDEs, got {type(proxy).__name__}.")
     y = jnp.asarray(y)
     if y.ndim != 2 or y.shape[0] != topo.num_leaves:
-        raise ValueError(
-            f"`y` must have shape (num_leaves={topo.num_leaves}, m), got {y.shape}."
-        )
+        raise ValueError(f"`y` must have shape (num_leaves={topo.num_leaves}, m), got {y.shape}.")
     m = y.shape[1]
     dtype = y.dtype
     C = jnp.eye(d, dtype=dtype) if C is None else jnp.asarray(C)
@@ -396,9 +392,7 @@ def backward_filter(
                 lambda mm, B, b, a0, a1, tau: _edge_closed(mm, B, b, a0, a1, tau, num_steps)
             )(msg, *p, tau_all[idx])
         else:
-            grid_msgs = jax.tree_util.tree_map(
-                lambda a: a[:, None], jax.vmap(pullback)(msg, *p)
-            )
+            grid_msgs = jax.tree_util.tree_map(lambda a: a[:, None], jax.vmap(pullback)(msg, *p))
         up = jax.tree_util.tree_map(lambda a: a[:, 0], grid_msgs)
         node = jax.tree_util.tree_map(lambda a, u: a.at[par].add(u).at[n].set(0), node, up)
         return node, (up, grid_msgs.H, grid_msgs.F)

@@ -46,7 +46,9 @@ def _frozen(gt: GuidedTree) -> GuidedTree:
 
 
 def full_tree_loss(
-    key: PRNGKeyArray, gt: GuidedTree, control: ControlNet | ResidualFlow | None,
+    key: PRNGKeyArray,
+    gt: GuidedTree,
+    control: ControlNet | ResidualFlow | None,
     num_samples: int = 1,
 ) -> Float[Array, ""]:
     """Monte Carlo estimate of ``E sum_v l_v`` from ``num_samples`` whole-tree draws.
@@ -79,9 +81,7 @@ def leaf_batches(num_leaves: int, batch_size: int):
         ValueError: if ``batch_size`` is not an int in ``[1, num_leaves]``.
     """
     if not isinstance(batch_size, int) or not 1 <= batch_size <= num_leaves:
-        raise ValueError(
-            f"`batch_size` must be an int in [1, {num_leaves}], got {batch_size!r}."
-        )
+        raise ValueError(f"`batch_size` must be an int in [1, {num_leaves}], got {batch_size!r}.")
 
     def sample(key: PRNGKeyArray) -> Int[Array, " B"]:
         return jr.choice(key, num_leaves, (batch_size,), replace=False)
@@ -145,6 +145,7 @@ def fit_nbffg(
             f"got {batch_size!r}."
         )
     optimizer = adamw_cosine(1e-3, max(num_steps, 1)) if optimizer is None else optimizer
+
     def labels(params: _Trainable) -> _Trainable:
         return _Trainable(
             control=jax.tree_util.tree_map(lambda _: "train", params.control),
@@ -158,7 +159,13 @@ def fit_nbffg(
     else:
         loss_fn, batches = _loss_full, _full_batches(batch_size)
     res = fit(
-        loss_fn, model, batches, opt, num_steps=num_steps, key=key,
-        checkpoint_dir=checkpoint_dir, progress=progress,
+        loss_fn,
+        model,
+        batches,
+        opt,
+        num_steps=num_steps,
+        key=key,
+        checkpoint_dir=checkpoint_dir,
+        progress=progress,
     )
     return res._replace(model=res.model.control)

@@ -133,8 +133,11 @@ class ControlNet(eqx.Module):
         self.mlp = _zero_last(mlp)
 
     def __call__(
-        self, u: Float[Array, ""], remaining: Float[Array, ""], x: Float[Array, " dim"],
-        r: Float[Array, " dim"]
+        self,
+        u: Float[Array, ""],
+        remaining: Float[Array, ""],
+        x: Float[Array, " dim"],
+        r: Float[Array, " dim"],
     ) -> Float[Array, " w"]:
         """``theta`` at unit time ``u``, time to the child ``remaining``, state ``x``, ``r~``."""
         dt = self.mlp.layers[0].weight.dtype
@@ -161,8 +164,7 @@ class ResidualFlow(eqx.Module):
     dim: int = eqx.field(static=True)
 
     def __init__(
-        self, dim: int, num_layers: int = 4, width: int = 64, depth: int = 2, *,
-        key: PRNGKeyArray
+        self, dim: int, num_layers: int = 4, width: int = 64, depth: int = 2, *, key: PRNGKeyArray
     ):
         if not isinstance(dim, int) or dim < 1:
             raise ValueError(f"`dim` must be an int >= 1, got {dim!r}.")
@@ -195,8 +197,9 @@ class ResidualFlow(eqx.Module):
 
 def _zero_last(mlp: eqx.nn.MLP) -> eqx.nn.MLP:
     last = mlp.layers[-1]
-    last = eqx.tree_at(lambda m: (m.weight, m.bias), last,
-                       (jnp.zeros_like(last.weight), jnp.zeros_like(last.bias)))
+    last = eqx.tree_at(
+        lambda m: (m.weight, m.bias), last, (jnp.zeros_like(last.weight), jnp.zeros_like(last.bias))
+    )
     return eqx.tree_at(lambda m: m.layers[-1], mlp, last)
 
 
@@ -230,8 +233,7 @@ def _discrete_edge(gt: GuidedTree, flow, x_pa, v, key):
     ctx = jnp.concatenate([x_pa, m, jnp.log(jnp.diagonal(P)), tau[None]])
     xi2, logdet = flow(xi, ctx)
     x_v = m + L @ xi2
-    log_q = (jnp.sum(jax.scipy.stats.norm.logpdf(xi)) - jnp.sum(jnp.log(jnp.diagonal(L)))
-             - logdet)
+    log_q = jnp.sum(jax.scipy.stats.norm.logpdf(xi)) - jnp.sum(jnp.log(jnp.diagonal(L))) - logdet
     log_p = jax.scipy.stats.multivariate_normal.logpdf(x_v, mu, Q)
     ell = log_q - log_p - log_potential(msg, x_v) + log_potential(emsg, x_pa)
     return x_v, ell, ell
@@ -288,9 +290,7 @@ def _sde_edge(gt: GuidedTree, control, x_pa, v, key):
         da = a - at
         G = (b - bt) @ r - 0.5 * jnp.sum(da * H) + 0.5 * r @ da @ r
         theta = (
-            jnp.zeros((sigma.shape[1],), dtype)
-            if control is None
-            else control(u, tau - t, x, r)
+            jnp.zeros((sigma.shape[1],), dtype) if control is None else control(u, tau - t, x, r)
         )
         return dt_du, sigma, a, b, r, G, theta
 
@@ -421,9 +421,7 @@ def path_loss(
     topo = gt.topo
     n = topo.num_nodes
     paths = jnp.asarray(topo.leaf_paths)[leaf_rows]  # (B, D+1), -1 padded
-    weight = jnp.asarray(
-        np.append(topo.num_leaves / topo.n_leaves_below, 0.0), gt.x_root.dtype
-    )
+    weight = jnp.asarray(np.append(topo.num_leaves / topo.n_leaves_below, 0.0), gt.x_root.dtype)
     x0 = jnp.broadcast_to(gt.x_root, (leaf_rows.shape[0], gt.x_root.shape[0]))
 
     def step(carry, nodes):
@@ -567,8 +565,12 @@ def simulate_tree(
     dtype = x_root.dtype
     z = jnp.zeros((n, d, d), dtype)
     zero = Canonical(jnp.zeros((n,), dtype), jnp.zeros((n, d), dtype), z)
-    filt = TreeFilter(zero, zero, jnp.zeros((n, num_steps + 1, d, d), dtype),
-                      jnp.zeros((n, num_steps + 1, d), dtype))
+    filt = TreeFilter(
+        zero,
+        zero,
+        jnp.zeros((n, num_steps + 1, d, d), dtype),
+        jnp.zeros((n, num_steps + 1, d), dtype),
+    )
     px = LinearSDEs(z, jnp.zeros((n, d), dtype), z, z)
     gt = GuidedTree(topo=topo, model=sde, filt=filt, proxy=px, x_root=x_root)
     return guided_sample(key, gt).states

@@ -84,9 +84,7 @@ class TreeTopology:
             branch_length = np.ones(n)
         branch_length = np.asarray(branch_length, dtype=np.float64)
         if branch_length.shape != (n,):
-            raise ValueError(
-                f"`branch_length` must have shape ({n},), got {branch_length.shape}."
-            )
+            raise ValueError(f"`branch_length` must have shape ({n},), got {branch_length.shape}.")
         nonroot = np.arange(n) != root
         if np.any(~np.isfinite(branch_length)) or np.any(branch_length[nonroot] <= 0):
             raise ValueError(
@@ -130,8 +128,18 @@ class TreeTopology:
         sched_parent = np.where(sched < n, np.append(parent, n)[sched], n)
         self.level_schedule = sched
         self.level_schedule_parent = sched_parent
-        for arr in (parent, branch_length, depth, is_leaf, leaves, leaf_index, n_below, paths,
-                    sched, sched_parent):
+        for arr in (
+            parent,
+            branch_length,
+            depth,
+            is_leaf,
+            leaves,
+            leaf_index,
+            n_below,
+            paths,
+            sched,
+            sched_parent,
+        ):
             arr.setflags(write=False)
         self._key = (parent.tobytes(), branch_length.tobytes())
 

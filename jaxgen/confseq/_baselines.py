@@ -7,7 +7,6 @@ References:
     sequences. Ann. Stat. 2021 (normal-mixture boundary).
 """
 
-
 import functools
 
 import jax
@@ -96,9 +95,12 @@ def subgaussian_ball_path(
     rho = 100.0 * sigma2 if rho is None else rho
     s = jnp.arange(1, T + 1, dtype=x.dtype)
     centre = jnp.cumsum(x, axis=0) / s[:, None]
-    radius = jnp.sqrt(
-        2 * (rho + sigma2 * s) * (jnp.log(1 / alpha) + (d / 2) * jnp.log1p(sigma2 * s / rho))
-    ) / s
+    radius = (
+        jnp.sqrt(
+            2 * (rho + sigma2 * s) * (jnp.log(1 / alpha) + (d / 2) * jnp.log1p(sigma2 * s / rho))
+        )
+        / s
+    )
     return centre, radius
 
 
@@ -132,5 +134,3 @@ def subgaussian_ball(
 
 
 _ball_jit = jax.jit(subgaussian_ball_path)
-
-

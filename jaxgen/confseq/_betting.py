@@ -64,7 +64,7 @@ def prpl_bets(
 def agrapa_bets(
     x: Float[Array, " T"], m: Float[Array, " M"], c: float = 0.5
 ) -> Float[Array, "M T"]:
-    """aGRAPA bets lambda_s(m) = (mu_hat_{s-1} - m)/(sigma2_hat_{s-1} + (mu_hat_{s-1} - m)^2).
+    """AGRAPA bets lambda_s(m) = (mu_hat_{s-1} - m)/(sigma2_hat_{s-1} + (mu_hat_{s-1} - m)^2).
 
     Clipped to [-c/(1-m), c/m], so every factor is >= 1 - c. The bet depends on m: use grid mode.
 

@@ -51,9 +51,7 @@ def golden_min(
     return a, b
 
 
-def wealth_min_lower_bound(
-    f: LogWealthFn, dtype
-) -> tuple[Float[Array, ""], Float[Array, ""]]:
+def wealth_min_lower_bound(f: LogWealthFn, dtype) -> tuple[Float[Array, ""], Float[Array, ""]]:
     """A certified lower bound on ``log min_m K(m)`` over [0, 1] and the (approximate) argmin.
 
     Golden section brackets the minimiser m* in [a, b]; with c = (a+b)/2 and K convex,

@@ -50,7 +50,7 @@ _CHUNK = 256
 
 # ----------------------------------------------------------------------------- wealth at a point
 def _coord_log_wealth_at(xj, lamj, m, mask, bet: str):
-    """log K^j_t(m) of one coordinate at one scalar m (exact, O(T))."""
+    """Log K^j_t(m) of one coordinate at one scalar m (exact, O(T))."""
     if bet == "hedged":
         return hedged_log_wealth_at(xj, lamj, m, mask)
     lam = agrapa_bets(xj, m[None])[0] if bet == "agrapa" else ons_bets(xj, m[None])[0]
@@ -63,7 +63,7 @@ def _log_wealths_at(x, lam, mask, m, bet: str):
 
 
 def _log_fft_prob_below_one(y: Float[Array, "d n"], num_bins: int) -> Float[Array, ""]:
-    """log P(sum_j Y_j < 1) for independent Y_j, each uniform over the n values of row j.
+    """Log P(sum_j Y_j < 1) for independent Y_j, each uniform over the n values of row j.
 
     Discretised densities on [0, 1] (``num_bins`` bins, nearest-bin rounding, mass at or above 1
     dropped) are convolved by FFT one coordinate at a time; the retained mass is renormalised
@@ -72,9 +72,7 @@ def _log_fft_prob_below_one(y: Float[Array, "d n"], num_bins: int) -> Float[Arra
     n = y.shape[1]
     k = jnp.floor(jnp.where(jnp.isfinite(y), y, 2.0) * num_bins + 0.5).astype(jnp.int32)
     k = jnp.where(k >= num_bins, num_bins + 1, k)  # out of range -> dropped
-    hist = jax.vmap(
-        lambda kk: jnp.zeros((num_bins,), y.dtype).at[kk].add(1.0 / n, mode="drop")
-    )(k)
+    hist = jax.vmap(lambda kk: jnp.zeros((num_bins,), y.dtype).at[kk].add(1.0 / n, mode="drop"))(k)
     size = 2 * num_bins
 
     def step(carry, h):
@@ -314,8 +312,7 @@ def _q_grid(n_geo: int, n_lin: int, dtype) -> Array:
     return jnp.concatenate([geo, lin])
 
 
-def _ellipsoid_radii(x, lam, mask, lower, upper, center, log_kmin, w, kappa, ps, delta, safety,
-                     q):
+def _ellipsoid_radii(x, lam, mask, lower, upper, center, log_kmin, w, kappa, ps, delta, safety, q):
     """r_j^{+-}(p) for every p: (kappa/(w_j a_j^{+-}(p)))^(1/p), a = (1-safety) min_u g/(u-delta)^p."""
     ps_arr = jnp.asarray(ps, x.dtype)
     log_kappa = jnp.log(jnp.where(kappa > 0, kappa, 1.0))
@@ -348,8 +345,25 @@ def _ellipsoid_radii(x, lam, mask, lower, upper, center, log_kmin, w, kappa, ps,
     jax.jit,
     static_argnames=("group", "bet", "grid_size", "ps", "n_geo", "n_lin", "num_bins", "compat"),
 )
-def _build(x, alpha, w, t, max_form, *, group, bet, grid_size, ps, delta, safety, n_geo, n_lin,
-           num_bins, rho, compat):
+def _build(
+    x,
+    alpha,
+    w,
+    t,
+    max_form,
+    *,
+    group,
+    bet,
+    grid_size,
+    ps,
+    delta,
+    safety,
+    n_geo,
+    n_lin,
+    num_bins,
+    rho,
+    compat,
+):
     """The arrays of a region; ``group`` shares one compilation between kinds of equal maths."""
     T, d = x.shape
     dtype = x.dtype
@@ -359,9 +373,19 @@ def _build(x, alpha, w, t, max_form, *, group, bet, grid_size, ps, delta, safety
     zeros = jnp.zeros((d,), dtype)
     scal0 = jnp.zeros((), dtype)
     fields = dict(
-        center=zeros, r_plus=zeros, r_minus=zeros, p=scal0, delta=scal0,
-        kappa=scal0, log_kmin=zeros, radius=scal0, weights=w, alpha=jnp.asarray(alpha, dtype),
-        x=x, lam=lam, mask=mask,
+        center=zeros,
+        r_plus=zeros,
+        r_minus=zeros,
+        p=scal0,
+        delta=scal0,
+        kappa=scal0,
+        log_kmin=zeros,
+        radius=scal0,
+        weights=w,
+        alpha=jnp.asarray(alpha, dtype),
+        x=x,
+        lam=lam,
+        mask=mask,
     )
     if group == "predmix_eb":
         from ._baselines import predmix_eb_bounds
@@ -373,8 +397,9 @@ def _build(x, alpha, w, t, max_form, *, group, bet, grid_size, ps, delta, safety
 
         center, radius = subgaussian_ball_params(x, alpha, mask, rho)
         fields.update(center=center, radius=radius)
-        return dict(lower=center - radius, upper=center + radius, empty=jnp.asarray(False),
-                    **fields)
+        return dict(
+            lower=center - radius, upper=center + radius, empty=jnp.asarray(False), **fields
+        )
 
     if bet != "hedged":
         # m-dependent bets: grid mode for the Bonferroni box (valid for every lift's projection
@@ -411,8 +436,9 @@ def _build(x, alpha, w, t, max_form, *, group, bet, grid_size, ps, delta, safety
 
     # l_p ellipsoid: radii for every p, keep the p minimising vol(E_p cap Box) (FFT route).
     q = _q_grid(n_geo, n_lin, dtype)
-    r_plus, r_minus = _ellipsoid_radii(x, lam, mask, lo, hi, center, log_kmin, w, safe_kappa, ps,
-                                       delta, safety, q)
+    r_plus, r_minus = _ellipsoid_radii(
+        x, lam, mask, lo, hi, center, log_kmin, w, safe_kappa, ps, delta, safety, q
+    )
     ps_arr = jnp.asarray(ps, dtype)
     u = lo[:, None] + _unit_grid(num_bins, dtype)[None, :] * (hi - lo)[:, None]
     log_probs = jax.vmap(
@@ -421,14 +447,22 @@ def _build(x, alpha, w, t, max_form, *, group, bet, grid_size, ps, delta, safety
         )
     )(r_plus, r_minus, ps_arr)
     best = jnp.argmin(log_probs)
-    fields.update(r_plus=r_plus[best], r_minus=r_minus[best], p=ps_arr[best],
-                  delta=jnp.asarray(delta, dtype))
+    fields.update(
+        r_plus=r_plus[best], r_minus=r_minus[best], p=ps_arr[best], delta=jnp.asarray(delta, dtype)
+    )
     return dict(lower=lo, upper=hi, empty=empty, **fields)
 
 
-_GROUPS = {"bonferroni": "bonferroni", "max_wealth": "bonferroni", "portfolio": "box",
-           "box": "box", "ellipsoid": "ellipsoid", "box_ellipsoid": "ellipsoid",
-           "predmix_eb": "predmix_eb", "subgaussian_ball": "subgaussian_ball"}
+_GROUPS = {
+    "bonferroni": "bonferroni",
+    "max_wealth": "bonferroni",
+    "portfolio": "box",
+    "box": "box",
+    "ellipsoid": "ellipsoid",
+    "box_ellipsoid": "ellipsoid",
+    "predmix_eb": "predmix_eb",
+    "subgaussian_ball": "subgaussian_ball",
+}
 
 
 def confidence_region(
@@ -509,19 +543,34 @@ def confidence_region(
         raise ValueError(f"ps must all be >= 2 (g grows quadratically near c_j), got {ps}.")
     group = _GROUPS[kind] if bet == "hedged" else "grid"
     fields = _build(
-        x, alpha, w, jnp.asarray(x.shape[0] if t is None else t), jnp.asarray(kind == "max_wealth"),
-        group=group, bet=bet, grid_size=grid_size, ps=tuple(float(p) for p in ps), delta=delta,
-        safety=safety, n_geo=n_u[0], n_lin=n_u[1], num_bins=num_bins,
-        rho=rho, compat=confseq_compat,
+        x,
+        alpha,
+        w,
+        jnp.asarray(x.shape[0] if t is None else t),
+        jnp.asarray(kind == "max_wealth"),
+        group=group,
+        bet=bet,
+        grid_size=grid_size,
+        ps=tuple(float(p) for p in ps),
+        delta=delta,
+        safety=safety,
+        n_geo=n_u[0],
+        n_lin=n_u[1],
+        num_bins=num_bins,
+        rho=rho,
+        compat=confseq_compat,
     )
     return ConfidenceRegion(kind=kind, bet=bet, **fields)
 
 
 def region_log_wealth(
-    x: Float[Array, "T d"], m: Float[Array, " d"], alpha: float = 0.05, *,
+    x: Float[Array, "T d"],
+    m: Float[Array, " d"],
+    alpha: float = 0.05,
+    *,
     weights: Float[Array, " d"] | None = None,
 ) -> Float[Array, " T"]:
-    """log of the portfolio wealth sum_j w_j K^j_t(m_j) along t (hedged bets); an e-process at mu."""
+    """Log of the portfolio wealth sum_j w_j K^j_t(m_j) along t (hedged bets); an e-process at mu."""
     from ._betting import log_wealth
 
     x = check_x(x)

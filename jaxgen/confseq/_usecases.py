@@ -13,8 +13,9 @@ from ._regions import ConfidenceRegion, confidence_region
 RULES = ("any_changed", "non_inferior")
 
 
-def ipw_pseudo_outcomes(y: Float[Array, "T d"], a: Int[Array, " T"] | Bool[Array, " T"]
-                        ) -> Float[Array, "T d"]:
+def ipw_pseudo_outcomes(
+    y: Float[Array, "T d"], a: Int[Array, " T"] | Bool[Array, " T"]
+) -> Float[Array, "T d"]:
     """Rescaled IPW pseudo-outcomes of a Bernoulli(1/2) A/B test, in [0, 1]^d.
 
     psi_t = Y_t (2 A_t - 2 (1 - A_t)) lies in [-2, 2]^d and E[psi_t | past] is the ATE vector

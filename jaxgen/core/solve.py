@@ -40,9 +40,7 @@ def _saveat(ts: Float[Array, " T"] | None, t0: Any, t1: Any) -> dfx.SaveAt:
         jnp.any(jnp.diff(ts) <= 0),
         "`ts` must be strictly increasing.",
     )
-    ts = eqx.error_if(
-        ts, (ts[0] < t0) | (ts[-1] > t1), "`ts` must lie inside [t0, t1]."
-    )
+    ts = eqx.error_if(ts, (ts[0] < t0) | (ts[-1] > t1), "`ts` must lie inside [t0, t1].")
     return dfx.SaveAt(ts=ts)
 
 
@@ -211,4 +209,3 @@ def solve_sde(
         adjoint=adjoint,
         throw=throw,
     )
-

@@ -31,8 +31,9 @@ def debian_files(package: str) -> list[str]:
     """
     hint = f"install it with `apt-get install {package}` (as root), or run `make debian-data`."
     if shutil.which("dpkg") is None:
-        raise MissingDataError(f"the Debian package {package!r} is needed but this system has no "
-                               f"dpkg; {hint}")
+        raise MissingDataError(
+            f"the Debian package {package!r} is needed but this system has no dpkg; {hint}"
+        )
     proc = subprocess.run(["dpkg", "-L", package], capture_output=True, text=True, check=False)
     files = [f for f in proc.stdout.splitlines() if os.path.isfile(f)]
     if proc.returncode != 0 or not files:

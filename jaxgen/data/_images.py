@@ -9,8 +9,19 @@ from jaxtyping import PRNGKeyArray
 from ._common import MissingDataError, require_module
 
 # scikit-image images that ship inside the package (no pooch download), with their shapes.
-_SKIMAGE_GREY = ("camera", "moon", "brick", "grass", "gravel", "coins", "text", "page", "cell",
-                 "clock", "microaneurysms")
+_SKIMAGE_GREY = (
+    "camera",
+    "moon",
+    "brick",
+    "grass",
+    "gravel",
+    "coins",
+    "text",
+    "page",
+    "cell",
+    "clock",
+    "microaneurysms",
+)
 _SKIMAGE_RGB = ("astronaut", "chelsea", "coffee", "rocket")
 SKIMAGE_IMAGES: tuple[str, ...] = _SKIMAGE_GREY + _SKIMAGE_RGB
 
@@ -60,8 +71,10 @@ def load_skimage_grey(name: str) -> np.ndarray:
         MissingDataError: scikit-image is not installed.
     """
     if name not in SKIMAGE_IMAGES:
-        raise ValueError(f"`name` must be one of {SKIMAGE_IMAGES} (images that ship with "
-                         f"scikit-image), got {name!r}.")
+        raise ValueError(
+            f"`name` must be one of {SKIMAGE_IMAGES} (images that ship with "
+            f"scikit-image), got {name!r}."
+        )
     data = require_module("skimage.data", pip_name="scikit-image")
     image = np.asarray(getattr(data, name)()).astype(np.float64)
     if image.ndim == 3:
@@ -97,5 +110,11 @@ def extract_patches(image: np.ndarray, size: int, *, key: PRNGKeyArray, num: int
     return image[(rows[:, None] + offsets)[:, :, None], (cols[:, None] + offsets)[:, None, :]]
 
 
-__all__ = ["MissingDataError", "SKIMAGE_IMAGES", "extract_patches", "load_digits",
-           "load_sample_images", "load_skimage_grey"]
+__all__ = [
+    "MissingDataError",
+    "SKIMAGE_IMAGES",
+    "extract_patches",
+    "load_digits",
+    "load_sample_images",
+    "load_skimage_grey",
+]

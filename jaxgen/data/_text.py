@@ -30,9 +30,12 @@ def _stdlib_documents() -> list[str]:
     docs = []
     for dirpath, dirnames, filenames in os.walk(root):
         # Deterministic walk; skip third-party packages and the (huge) test suites.
-        dirnames[:] = sorted(d for d in dirnames
-                             if d not in ("site-packages", "test", "tests", "__pycache__",
-                                          "idle_test", "dist-packages"))
+        dirnames[:] = sorted(
+            d
+            for d in dirnames
+            if d
+            not in ("site-packages", "test", "tests", "__pycache__", "idle_test", "dist-packages")
+        )
         for fname in sorted(filenames):
             if fname.endswith(".py"):
                 with open(os.path.join(dirpath, fname), encoding="utf-8", errors="replace") as f:
@@ -45,10 +48,13 @@ def _stdlib_documents() -> list[str]:
 def _bible_documents() -> list[str]:
     debian_files("bible-kjv")  # raises MissingDataError naming the package
     if shutil.which("bible") is None:
-        raise MissingDataError("the `bible` program of the Debian package 'bible-kjv' is missing; "
-                               "install it with `apt-get install bible-kjv`.")
-    text = subprocess.run(["bible", "Genesis1:1-Revelation22:21"], capture_output=True,
-                          text=True, check=True).stdout
+        raise MissingDataError(
+            "the `bible` program of the Debian package 'bible-kjv' is missing; "
+            "install it with `apt-get install bible-kjv`."
+        )
+    text = subprocess.run(
+        ["bible", "Genesis1:1-Revelation22:21"], capture_output=True, text=True, check=True
+    ).stdout
     blocks = [b for b in text.strip("\n").split("\n\n") if b.strip()]
     # Blocks alternate "Book N" headers and chapter bodies: one document per chapter.
     docs, header = [], ""
@@ -62,8 +68,11 @@ def _bible_documents() -> list[str]:
 
 
 def _fortune_documents() -> list[str]:
-    files = sorted(f for f in debian_files("fortunes")
-                   if "/games/fortunes/" in f and not f.endswith((".dat", ".u8")))
+    files = sorted(
+        f
+        for f in debian_files("fortunes")
+        if "/games/fortunes/" in f and not f.endswith((".dat", ".u8"))
+    )
     docs = []
     for path in files:
         with open(path, encoding="utf-8", errors="replace") as f:
@@ -75,8 +84,10 @@ def _fortune_documents() -> list[str]:
 def _jargon_documents() -> list[str]:
     paths = [f for f in debian_files("dict-jargon") if f.endswith("jargon.dict.dz")]
     if not paths:
-        raise MissingDataError("the Debian package 'dict-jargon' has no jargon.dict.dz; "
-                               "reinstall it with `apt-get install --reinstall dict-jargon`.")
+        raise MissingDataError(
+            "the Debian package 'dict-jargon' has no jargon.dict.dz; "
+            "reinstall it with `apt-get install --reinstall dict-jargon`."
+        )
     with gzip.open(paths[0]) as f:
         text = f.read().decode("utf-8", errors="replace")
     # Entries start on a non-indented line after a blank line.
@@ -126,8 +137,9 @@ class TextCorpus(NamedTuple):
     validation_documents: list[str]
 
 
-def load_text_corpus(name: str = "python_stdlib", *, val_fraction: float = 0.1,
-                     max_bytes: int | None = None) -> TextCorpus:
+def load_text_corpus(
+    name: str = "python_stdlib", *, val_fraction: float = 0.1, max_bytes: int | None = None
+) -> TextCorpus:
     """Load an offline corpus as UTF-8 bytes with a deterministic document-level split.
 
     Args:
@@ -170,8 +182,9 @@ def _checked_ids(ids: np.ndarray | Array | list[int], vocab_size: int) -> np.nda
     if arr.ndim != 1:
         raise ValueError(f"`ids` must be 1-D, got shape {arr.shape}.")
     if arr.size and (arr.min() < 0 or arr.max() >= vocab_size):
-        raise ValueError(f"token ids must lie in [0, {vocab_size}), got range "
-                         f"[{arr.min()}, {arr.max()}].")
+        raise ValueError(
+            f"token ids must lie in [0, {vocab_size}), got range [{arr.min()}, {arr.max()}]."
+        )
     return arr
 
 
@@ -220,20 +233,26 @@ class BPETokenizer:
         MissingDataError: ``tokenizers`` is not installed (``pip install tokenizers``).
     """
 
-    def __init__(self, texts: list[str], vocab_size: int = 512,
-                 special_tokens: tuple[str, ...] = ()):
+    def __init__(
+        self, texts: list[str], vocab_size: int = 512, special_tokens: tuple[str, ...] = ()
+    ):
         tk = require_module("tokenizers")
         if not isinstance(vocab_size, int) or vocab_size <= 256 + len(special_tokens):
-            raise ValueError(f"`vocab_size` must be an int > 256 + len(special_tokens) = "
-                             f"{256 + len(special_tokens)}, got {vocab_size!r}.")
+            raise ValueError(
+                f"`vocab_size` must be an int > 256 + len(special_tokens) = "
+                f"{256 + len(special_tokens)}, got {vocab_size!r}."
+            )
         if not texts:
             raise ValueError("`texts` must be a non-empty list of documents.")
         tokenizer = tk.Tokenizer(tk.models.BPE())
         tokenizer.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False)
         tokenizer.decoder = tk.decoders.ByteLevel()
         trainer = tk.trainers.BpeTrainer(
-            vocab_size=vocab_size - len(special_tokens), show_progress=False,
-            initial_alphabet=tk.pre_tokenizers.ByteLevel.alphabet(), special_tokens=[])
+            vocab_size=vocab_size - len(special_tokens),
+            show_progress=False,
+            initial_alphabet=tk.pre_tokenizers.ByteLevel.alphabet(),
+            special_tokens=[],
+        )
         tokenizer.train_from_iterator(texts, trainer=trainer)
         tokenizer.add_special_tokens(list(special_tokens))
         self._tokenizer = tokenizer
@@ -256,8 +275,9 @@ class BPETokenizer:
         return self._tokenizer.decode(arr.tolist(), skip_special_tokens=True)
 
 
-def random_windows(tokens: np.ndarray | Array, batch_size: int, length: int
-                   ) -> Callable[[PRNGKeyArray], Int[Array, "B L"]]:
+def random_windows(
+    tokens: np.ndarray | Array, batch_size: int, length: int
+) -> Callable[[PRNGKeyArray], Int[Array, "B L"]]:
     """A pure, jit-friendly sampler of random contiguous windows of a token stream.
 
     For next-token training ask for ``length = context + 1`` and split ``(w[:, :-1], w[:, 1:])``.

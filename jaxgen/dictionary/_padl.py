@@ -9,7 +9,6 @@ import math
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-
 import jax
 import jax.numpy as jnp
 import jax.random as jr
@@ -74,8 +73,9 @@ def _check_data(X: Any, name: str = "X") -> Array:
         raise TypeError(f"`{name}` must be an array, got {type(X).__name__}.")
     X = jnp.asarray(X)
     if X.ndim != 2:
-        raise ValueError(f"`{name}` must be 2-D of shape (d, N) with samples as columns, got "
-                         f"shape {X.shape}.")
+        raise ValueError(
+            f"`{name}` must be 2-D of shape (d, N) with samples as columns, got shape {X.shape}."
+        )
     if not jnp.issubdtype(X.dtype, jnp.floating):
         raise TypeError(f"`{name}` must have a floating dtype, got {X.dtype}.")
     if not bool(_all_finite(X)):
@@ -143,11 +143,14 @@ def estimate_hyperparameters(
     d, N = X.shape
     K = R.shape[0]
     zero = jnp.zeros((), X.dtype)  # strongly typed, as in the fit loop: one compiled call
-    _, rss, nnz, num_active = (float(v) for v in _objective_parts(
-        X, D, R, zero, zero, penalty="count"))
+    _, rss, nnz, num_active = (
+        float(v) for v in _objective_parts(X, D, R, zero, zero, penalty="count")
+    )
     if nnz == 0:
-        raise ValueError("cannot estimate hyper-parameters from an empty dictionary (all codes "
-                         "are 0): lower lam0/lam1 or give a better start.")
+        raise ValueError(
+            "cannot estimate hyper-parameters from an empty dictionary (all codes "
+            "are 0): lower lam0/lam1 or give a better start."
+        )
     dof = max(N * d - nnz - d * num_active, 1.0)
     sigma2 = rss / dof
     l1, row_max = _l1_and_row_max(R)
@@ -157,8 +160,14 @@ def estimate_hyperparameters(
     lam0 = sigma2 * (bits * d * math.log(2) + math.log((1 - rho) / rho))
     row_max = np.asarray(row_max)
     m_hat = float(np.median(row_max[row_max > 0]))
-    return {"sigma2": sigma2, "beta": beta, "rho": rho, "lam1": sigma2 / beta,
-            "lam0": max(lam0, 0.0), "lam2": max(lam0, 0.0) / m_hat}
+    return {
+        "sigma2": sigma2,
+        "beta": beta,
+        "rho": rho,
+        "lam1": sigma2 / beta,
+        "lam0": max(lam0, 0.0),
+        "lam2": max(lam0, 0.0) / m_hat,
+    }
 
 
 _FULL_WIDTH_PRUNE = 512
@@ -216,8 +225,9 @@ def prune_refit(
         RS[:, : support.size] = Rh[:, support]
         trial = act.copy()
         trial[k] = False
-        new_RS, delta = _refit_without(jnp.asarray(XS), D, jnp.asarray(RS), lam1_a,
-                                       jnp.asarray(trial), num_steps=num_steps)
+        new_RS, delta = _refit_without(
+            jnp.asarray(XS), D, jnp.asarray(RS), lam1_a, jnp.asarray(trial), num_steps=num_steps
+        )
         if float(delta) < lam0:
             Rh[:, support] = np.asarray(new_RS)[:, : support.size]
             act = trial & np.any(Rh != 0, axis=1)
@@ -269,16 +279,19 @@ def _init_dictionary(X: Array, num_atoms: int, key: PRNGKeyArray) -> Array:
 def _parse_hyper(hyper: Any, penalty: str) -> tuple[str, dict[str, float]]:
     if isinstance(hyper, str):
         if hyper not in HYPER_MODES:
-            raise ValueError(f"`hyper` must be one of {HYPER_MODES} or a mapping of fixed values, "
-                             f"got {hyper!r}.")
+            raise ValueError(
+                f"`hyper` must be one of {HYPER_MODES} or a mapping of fixed values, got {hyper!r}."
+            )
         return hyper, {}
     if not isinstance(hyper, Mapping):
         raise TypeError(f"`hyper` must be a str or a mapping, got {type(hyper).__name__}.")
     row_name = "lam0" if penalty == "count" else "lam2"
     missing = {"lam1", row_name} - set(hyper)
     if missing:
-        raise ValueError(f"fixed `hyper` for penalty={penalty!r} needs keys lam1 and {row_name}, "
-                         f"missing {sorted(missing)}.")
+        raise ValueError(
+            f"fixed `hyper` for penalty={penalty!r} needs keys lam1 and {row_name}, "
+            f"missing {sorted(missing)}."
+        )
     return "fixed", {k: _check_nonnegative(v, f"hyper[{k!r}]") for k, v in hyper.items()}
 
 
@@ -288,8 +301,24 @@ class _State(NamedTuple):
     active: Array
 
 
-def _alternate(X, state, lam1, lam_row, lam_row_from, *, penalty, steps, ramp_steps, fista_steps,
-               prune, prune_every, prune_steps, tol, hyper_rounds=None, history=None):
+def _alternate(
+    X,
+    state,
+    lam1,
+    lam_row,
+    lam_row_from,
+    *,
+    penalty,
+    steps,
+    ramp_steps,
+    fista_steps,
+    prune,
+    prune_every,
+    prune_steps,
+    tol,
+    hyper_rounds=None,
+    history=None,
+):
     """Run outer iterations from ``state``; return (state, lam1, lam_row, converged, steps)."""
     small = 0
     f_prev = None
@@ -302,11 +331,19 @@ def _alternate(X, state, lam1, lam_row, lam_row_from, *, penalty, steps, ramp_st
         lam_now = jnp.asarray(lam_eff, X.dtype)
         lam1_now = jnp.asarray(lam1, X.dtype)
         f_start = _objective_parts(X, state.D, state.R, lam1_now, lam_now, penalty=penalty)[0]
-        R, active = _r_step(X, state.D, state.R, lam1_now, lam_now, state.active, penalty=penalty,
-                            num_steps=fista_steps, deactivate=lam_eff > 0)
+        R, active = _r_step(
+            X,
+            state.D,
+            state.R,
+            lam1_now,
+            lam_now,
+            state.active,
+            penalty=penalty,
+            num_steps=fista_steps,
+            deactivate=lam_eff > 0,
+        )
         f_r = _objective_parts(X, state.D, R, lam1_now, lam_now, penalty=penalty)[0]
-        if (penalty == "count" and prune and lam_eff > 0 and t % prune_every == 0
-                and t <= steps - 5):
+        if penalty == "count" and prune and lam_eff > 0 and t % prune_every == 0 and t <= steps - 5:
             R, active = prune_refit(X, state.D, R, lam1, lam_eff, active, num_steps=prune_steps)
         f_p = _objective_parts(X, state.D, R, lam1_now, lam_now, penalty=penalty)[0]
         D = dict_update(X, state.D, R, active)
@@ -314,9 +351,16 @@ def _alternate(X, state, lam1, lam_row, lam_row_from, *, penalty, steps, ramp_st
         state = _State(D, R, active)
         f = float(f)
         if history is not None:
-            for name, value in (("objective_start", f_start), ("objective_r", f_r),
-                                ("objective_prune", f_p), ("objective", f), ("rss", rss),
-                                ("nnz", nnz), ("num_active", num_active), ("lam0", lam_eff)):
+            for name, value in (
+                ("objective_start", f_start),
+                ("objective_r", f_r),
+                ("objective_prune", f_p),
+                ("objective", f),
+                ("rss", rss),
+                ("nnz", nnz),
+                ("num_active", num_active),
+                ("lam0", lam_eff),
+            ):
                 history.setdefault(name, []).append(float(value))
         if not math.isfinite(f):
             return state, lam1, lam_row, RESULTS.nonfinite, t
@@ -420,15 +464,22 @@ def fit_padl(
     X = _check_data(X)
     d, N = X.shape
     if d > N:
-        raise ValueError(f"`X` must be (d, N) with samples as columns; got shape {X.shape} with "
-                         f"more rows than columns (did you pass scikit-learn's (N, d)? use X.T).")
+        raise ValueError(
+            f"`X` must be (d, N) with samples as columns; got shape {X.shape} with "
+            f"more rows than columns (did you pass scikit-learn's (N, d)? use X.T)."
+        )
     if not isinstance(num_atoms, int) or isinstance(num_atoms, bool) or num_atoms < 1:
         raise ValueError(f"`num_atoms` must be an int >= 1, got {num_atoms!r}.")
     _check_penalty(penalty)
     mode, fixed = _parse_hyper(hyper, penalty)
-    for name, value in (("max_steps", max_steps), ("fista_steps", fista_steps),
-                        ("prune_every", prune_every), ("reestimate_every", reestimate_every),
-                        ("path_steps", path_steps), ("prune_steps", prune_steps)):
+    for name, value in (
+        ("max_steps", max_steps),
+        ("fista_steps", fista_steps),
+        ("prune_every", prune_every),
+        ("reestimate_every", reestimate_every),
+        ("path_steps", path_steps),
+        ("prune_steps", prune_steps),
+    ):
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"`{name}` must be an int >= 1, got {value!r}.")
     if dictionary_init is None:
@@ -439,16 +490,31 @@ def fit_padl(
             raise ValueError(f"`dictionary_init` must have shape {(d, num_atoms)}, got {D.shape}.")
     state = _State(D, jnp.zeros((num_atoms, N), X.dtype), jnp.ones((num_atoms,), bool))
     row_key = "lam0" if penalty == "count" else "lam2"
-    common = dict(penalty=penalty, fista_steps=fista_steps, prune=prune, prune_every=prune_every,
-                  prune_steps=prune_steps, tol=tol)
+    common = dict(
+        penalty=penalty,
+        fista_steps=fista_steps,
+        prune=prune,
+        prune_every=prune_every,
+        prune_steps=prune_steps,
+        tol=tol,
+    )
     if "lam1" in fixed:
         lam1 = fixed["lam1"]
     else:
         lam1 = float(_default_lam1(D, X))
     history: dict[str, list[float]] = {}
     if warmup_steps > 0:
-        state, *_ = _alternate(X, state, lam1, 0.0, 0.0, steps=warmup_steps, ramp_steps=0,
-                               history=None, **{**common, "prune": False, "tol": 0.0})
+        state, *_ = _alternate(
+            X,
+            state,
+            lam1,
+            0.0,
+            0.0,
+            steps=warmup_steps,
+            ramp_steps=0,
+            history=None,
+            **{**common, "prune": False, "tol": 0.0},
+        )
     hp: dict[str, float] = {}
     path = None
     if mode == "fixed":
@@ -458,44 +524,92 @@ def fit_padl(
     else:
         hp = estimate_hyperparameters(X, state.D, state.R, bits=bits, a0=a0, b0=b0)
         lam1, lam_row = hp["lam1"], hp[row_key]
-        hyper_rounds = ({"every": reestimate_every, "kwargs": dict(bits=bits, a0=a0, b0=b0),
-                         "lam1": reestimate_lam1} if mode == "mdl" else None)
+        hyper_rounds = (
+            {
+                "every": reestimate_every,
+                "kwargs": dict(bits=bits, a0=a0, b0=b0),
+                "lam1": reestimate_lam1,
+            }
+            if mode == "mdl"
+            else None
+        )
     if mode == "path":
-        grid = (hp["sigma2"] * 2.0 ** np.linspace(0, 14, path_size) if path_grid is None
-                else np.sort(np.asarray(path_grid, dtype=float)))
+        grid = (
+            hp["sigma2"] * 2.0 ** np.linspace(0, 14, path_size)
+            if path_grid is None
+            else np.sort(np.asarray(path_grid, dtype=float))
+        )
         snapshots, rows = [], []
         x_energy = float(np.sum(np.asarray(X, np.float64) ** 2))
         prev = 0.0
         for lam in grid:
             lam_p = float(lam)
-            state, _, _, flag, _ = _alternate(X, state, lam1, lam_p, prev, steps=path_steps,
-                                              ramp_steps=ramp_steps if prev == 0 else 2,
-                                              history=None, **common)
+            state, _, _, flag, _ = _alternate(
+                X,
+                state,
+                lam1,
+                lam_p,
+                prev,
+                steps=path_steps,
+                ramp_steps=ramp_steps if prev == 0 else 2,
+                history=None,
+                **common,
+            )
             prev = lam_p
             zero = jnp.zeros((), X.dtype)
-            _, rss, nnz, num_active = (float(v) for v in _objective_parts(
-                X, state.D, state.R, zero, zero, penalty="count"))
-            rows.append((lam_p, num_active, nnz / N, rss,
-                         math.sqrt(rss / x_energy),
-                         storage_bits(state.R, dim=d, bits=bits)))
+            _, rss, nnz, num_active = (
+                float(v) for v in _objective_parts(X, state.D, state.R, zero, zero, penalty="count")
+            )
+            rows.append(
+                (
+                    lam_p,
+                    num_active,
+                    nnz / N,
+                    rss,
+                    math.sqrt(rss / x_energy),
+                    storage_bits(state.R, dim=d, bits=bits),
+                )
+            )
             snapshots.append(state)
         cols = list(zip(*rows, strict=True))
         counts = np.asarray(cols[1])
         selected = _widest_plateau(counts)
-        path = {"lam0": np.asarray(cols[0]), "num_active": counts,
-                "nnz_per_sample": np.asarray(cols[2]), "rss": np.asarray(cols[3]),
-                "rel_error": np.asarray(cols[4]), "storage_bits": np.asarray(cols[5]),
-                "selected": selected}
+        path = {
+            "lam0": np.asarray(cols[0]),
+            "num_active": counts,
+            "nnz_per_sample": np.asarray(cols[2]),
+            "rss": np.asarray(cols[3]),
+            "rel_error": np.asarray(cols[4]),
+            "storage_bits": np.asarray(cols[5]),
+            "selected": selected,
+        }
         state = snapshots[selected]
         lam_row = float(grid[selected])
         # Polish at the selected price, starting at it (no ramp).
         state, lam1, lam_row, result, steps = _alternate(
-            X, state, lam1, lam_row, lam_row, steps=path_steps, ramp_steps=0, history=history,
-            **common)
+            X,
+            state,
+            lam1,
+            lam_row,
+            lam_row,
+            steps=path_steps,
+            ramp_steps=0,
+            history=history,
+            **common,
+        )
     else:
         state, lam1, lam_row, result, steps = _alternate(
-            X, state, lam1, lam_row, 0.0, steps=max_steps, ramp_steps=ramp_steps,
-            history=history, hyper_rounds=hyper_rounds, **common)
+            X,
+            state,
+            lam1,
+            lam_row,
+            0.0,
+            steps=max_steps,
+            ramp_steps=ramp_steps,
+            history=history,
+            hyper_rounds=hyper_rounds,
+            **common,
+        )
         if hyper_rounds is not None and "estimates" in hyper_rounds:
             hp.update(hyper_rounds["estimates"])
     hp["lam1"] = float(lam1)
@@ -504,10 +618,20 @@ def fit_padl(
     if throw and result == RESULTS.nonfinite:
         raise RuntimeError(RESULTS[result])
     if throw and not bool(jnp.any(active)):
-        raise ValueError(f"every atom was pruned (empty dictionary) at lam1={float(lam1):.4g}, "
-                         f"{row_key}={float(lam_row):.4g}: lower the penalties.")
-    return PADLResult(state.D, active, state.R, hp,
-                      {k: np.asarray(v) for k, v in history.items()}, path, result, steps)
+        raise ValueError(
+            f"every atom was pruned (empty dictionary) at lam1={float(lam1):.4g}, "
+            f"{row_key}={float(lam_row):.4g}: lower the penalties."
+        )
+    return PADLResult(
+        state.D,
+        active,
+        state.R,
+        hp,
+        {k: np.asarray(v) for k, v in history.items()},
+        path,
+        result,
+        steps,
+    )
 
 
 def _widest_plateau(counts: np.ndarray) -> int:
@@ -533,8 +657,10 @@ def debias_codes(
     D = jnp.asarray(dictionary, X.dtype)
     R = jnp.asarray(codes, X.dtype)
     if D.shape[0] != X.shape[0] or R.shape != (D.shape[1], X.shape[1]):
-        raise ValueError(f"shapes disagree: X {X.shape}, dictionary {D.shape}, codes {R.shape}; "
-                         f"expected (d, N), (d, K), (K, N).")
+        raise ValueError(
+            f"shapes disagree: X {X.shape}, dictionary {D.shape}, codes {R.shape}; "
+            f"expected (d, N), (d, K), (K, N)."
+        )
     max_support = int(jnp.max(jnp.sum(R != 0, axis=0))) if R.size else 0
     if max_support == 0:
         return R
@@ -581,8 +707,10 @@ def transform(
         raise ValueError("`lam1` is required when `dictionary` is an array.")
     lam1 = _check_nonnegative(lam1, "lam1")
     if D.shape[0] != X.shape[0]:
-        raise ValueError(f"`dictionary` has {D.shape[0]} rows but `X` has {X.shape[0]} (expected "
-                         f"both (d, ...), samples as columns).")
+        raise ValueError(
+            f"`dictionary` has {D.shape[0]} rows but `X` has {X.shape[0]} (expected "
+            f"both (d, ...), samples as columns)."
+        )
     active = jnp.ones((D.shape[1],), bool) if active is None else jnp.asarray(active, bool)
     if active.shape != (D.shape[1],):
         raise ValueError(f"`active` must have shape {(D.shape[1],)}, got {active.shape}.")
@@ -590,8 +718,14 @@ def transform(
         raise ValueError("`active` selects no atom (empty dictionary): nothing to code with.")
     D = D.astype(X.dtype)
     R0 = jnp.zeros((D.shape[1], X.shape[1]), X.dtype)
-    R = fista_codes(X, D, R0, jnp.asarray(lam1, X.dtype), jnp.zeros((), X.dtype), active,
-                    penalty="count", num_steps=num_steps)
+    R = fista_codes(
+        X,
+        D,
+        R0,
+        jnp.asarray(lam1, X.dtype),
+        jnp.zeros((), X.dtype),
+        active,
+        penalty="count",
+        num_steps=num_steps,
+    )
     return debias_codes(X, D, R) if debias else R
-
-

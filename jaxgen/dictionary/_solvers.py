@@ -127,8 +127,11 @@ def _fista(X, D, R0, lam1, lam_row, active, *, penalty, num_steps):
         return jnp.where(active[:, None], batched_prox(V, step * lam1, step * lam_row), 0)
 
     def objective(R, DR):
-        return (0.5 * jnp.sum((X - DR) ** 2) + lam1 * jnp.sum(jnp.abs(R))
-                + _row_penalty(R, lam_row, penalty))
+        return (
+            0.5 * jnp.sum((X - DR) ** 2)
+            + lam1 * jnp.sum(jnp.abs(R))
+            + _row_penalty(R, lam_row, penalty)
+        )
 
     x0 = jnp.where(active[:, None], R0, 0)
     Dx0 = Dm @ x0
@@ -188,8 +191,17 @@ def dict_update(
 
 def _r_step(X, D, R, lam1, lam_row, active, *, penalty, num_steps, deactivate):
     # `deactivate` is traced (not static): one compiled R-step serves warm-up and main loop
-    return _r_step_jit(X, D, R, lam1, lam_row, active, jnp.asarray(deactivate),
-                       penalty=penalty, num_steps=num_steps)
+    return _r_step_jit(
+        X,
+        D,
+        R,
+        lam1,
+        lam_row,
+        active,
+        jnp.asarray(deactivate),
+        penalty=penalty,
+        num_steps=num_steps,
+    )
 
 
 @ft.partial(jax.jit, static_argnames=("penalty", "num_steps"))
@@ -203,7 +215,7 @@ def _r_step_jit(X, D, R, lam1, lam_row, active, deactivate, *, penalty, num_step
 @ft.partial(jax.jit, static_argnames=("penalty",))
 def _objective_parts(X, D, R, lam1, lam_row, *, penalty):
     rss = jnp.sum((X - D @ R) ** 2)
-    objective = (0.5 * rss + lam1 * jnp.sum(jnp.abs(R)) + _row_penalty(R, lam_row, penalty))
+    objective = 0.5 * rss + lam1 * jnp.sum(jnp.abs(R)) + _row_penalty(R, lam_row, penalty)
     return objective, rss, jnp.sum(R != 0), jnp.sum(jnp.any(R != 0, axis=1))
 
 

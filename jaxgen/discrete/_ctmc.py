@@ -19,21 +19,25 @@ import jax.numpy as jnp
 from jax.scipy.special import xlogy
 from jaxtyping import Array, ArrayLike, Float, Int
 
-from ._schedules import check_time, check_tokens, InterpolatingSchedule
+from ._schedules import InterpolatingSchedule, check_time, check_tokens
 
 NEG = -1e9  # finite "minus infinity" for excluded jump logits (an all -inf row gives NaN)
 
 
 def _check_schedule(schedule: Any) -> None:
     if not isinstance(schedule, InterpolatingSchedule):
-        raise TypeError("`schedule` must be an InterpolatingSchedule (uniform_schedule, "
-                        f"masked_schedule, gidd_schedule), got {type(schedule).__name__}.")
+        raise TypeError(
+            "`schedule` must be an InterpolatingSchedule (uniform_schedule, "
+            f"masked_schedule, gidd_schedule), got {type(schedule).__name__}."
+        )
 
 
 def _check_pair(x: Array, z: Array, schedule: InterpolatingSchedule) -> tuple[Array, Array]:
     if x.ndim != 1 or z.shape != x.shape:
-        raise ValueError(f"`x` and `z` must be sequences of equal shape (L,), got {x.shape} and "
-                         f"{z.shape}; vmap over batches.")
+        raise ValueError(
+            f"`x` and `z` must be sequences of equal shape (L,), got {x.shape} and "
+            f"{z.shape}; vmap over batches."
+        )
     x = check_tokens(x, schedule.num_tokens, "x")
     z = check_tokens(z, schedule.vocab_size, "z")
     return x, z
@@ -51,9 +55,12 @@ def _rates_at(schedule: InterpolatingSchedule, z: Array, t: Any) -> tuple[Array,
     return alpha, mix, sigma, rho_z, onehot
 
 
-def conditional_targets(schedule: InterpolatingSchedule, x: Int[ArrayLike, " L"],
-                        z: Int[ArrayLike, " L"], t: Float[ArrayLike, ""]
-                        ) -> tuple[Float[Array, " L"], Float[Array, "L S"]]:
+def conditional_targets(
+    schedule: InterpolatingSchedule,
+    x: Int[ArrayLike, " L"],
+    z: Int[ArrayLike, " L"],
+    t: Float[ArrayLike, ""],
+) -> tuple[Float[Array, " L"], Float[Array, "L S"]]:
     """Reverse exit rate and jump distribution conditioned on the clean sequence.
 
     For each position, from the noisy state ``z`` given the clean token ``x``:
@@ -80,15 +87,17 @@ def conditional_targets(schedule: InterpolatingSchedule, x: Int[ArrayLike, " L"]
     log_rest = _log_not(logq, onehot)
     safe_rest = jnp.where(jnp.isfinite(log_rest), log_rest, 0.0)
     active = rho_z > 0
-    log_lam = jnp.where(active, jnp.log(jnp.where(active, rho_z, 1.0)) + safe_rest - logq_z,
-                        -jnp.inf)
+    log_lam = jnp.where(
+        active, jnp.log(jnp.where(active, rho_z, 1.0)) + safe_rest - logq_z, -jnp.inf
+    )
     log_lam = jnp.where(jnp.isfinite(log_rest), log_lam, -jnp.inf)  # t = 0: nothing to undo
     pi = jnp.where(onehot, 0.0, jnp.exp(logq - safe_rest[:, None]))
     return log_lam, pi
 
 
-def poisson_kl(rate: Float[ArrayLike, "*shape"], log_rate_model: Float[ArrayLike, "*shape"]
-               ) -> Float[Array, "*shape"]:
+def poisson_kl(
+    rate: Float[ArrayLike, "*shape"], log_rate_model: Float[ArrayLike, "*shape"]
+) -> Float[Array, "*shape"]:
     """KL rate between Poisson clocks, elementwise.
 
         rate (log rate - log_rate_model) - rate + exp(log_rate_model)
@@ -99,12 +108,19 @@ def poisson_kl(rate: Float[ArrayLike, "*shape"], log_rate_model: Float[ArrayLike
     """
     rate, log_model = jnp.asarray(rate), jnp.asarray(log_rate_model)
     if rate.shape != log_model.shape:
-        raise ValueError(f"`rate` {rate.shape} and `log_rate_model` {log_model.shape} must have "
-                         "the same shape.")
-    rate = eqx.error_if(rate, jnp.any(~jnp.isfinite(rate) | (rate < 0)),
-                        "`rate` must be finite and >= 0 (a negative or non-finite rate).")
-    log_model = eqx.error_if(log_model, jnp.any(jnp.isnan(log_model) | (log_model == jnp.inf)),
-                             "`log_rate_model` must not be NaN or +inf.")
+        raise ValueError(
+            f"`rate` {rate.shape} and `log_rate_model` {log_model.shape} must have the same shape."
+        )
+    rate = eqx.error_if(
+        rate,
+        jnp.any(~jnp.isfinite(rate) | (rate < 0)),
+        "`rate` must be finite and >= 0 (a negative or non-finite rate).",
+    )
+    log_model = eqx.error_if(
+        log_model,
+        jnp.any(jnp.isnan(log_model) | (log_model == jnp.inf)),
+        "`log_rate_model` must not be NaN or +inf.",
+    )
     pos = rate > 0
     safe_rate = jnp.where(pos, rate, 1.0)
     safe_model = jnp.where(pos, log_model, 0.0)
@@ -112,17 +128,21 @@ def poisson_kl(rate: Float[ArrayLike, "*shape"], log_rate_model: Float[ArrayLike
     return cross - rate + jnp.exp(log_model)
 
 
-def categorical_kl(probs: Float[ArrayLike, "*shape S"],
-                   log_probs_model: Float[ArrayLike, "*shape S"]) -> Float[Array, "*shape"]:
+def categorical_kl(
+    probs: Float[ArrayLike, "*shape S"], log_probs_model: Float[ArrayLike, "*shape S"]
+) -> Float[Array, "*shape"]:
     """``KL(p || q) = sum_y p_y (log p_y - log q_y)`` over the last axis (``0 log 0 = 0``)."""
     p, logq = jnp.asarray(probs), jnp.asarray(log_probs_model)
     safe = jnp.where(p > 0, logq, 0.0)
     return jnp.sum(xlogy(p, p) - jnp.where(p > 0, p * safe, 0.0), axis=-1)
 
 
-def path_kl(rate: Float[ArrayLike, " L"], jump_probs: Float[ArrayLike, "L S"],
-            log_rate_model: Float[ArrayLike, " L"], log_jump_model: Float[ArrayLike, "L S"]
-            ) -> Float[Array, " L"]:
+def path_kl(
+    rate: Float[ArrayLike, " L"],
+    jump_probs: Float[ArrayLike, "L S"],
+    log_rate_model: Float[ArrayLike, " L"],
+    log_jump_model: Float[ArrayLike, "L S"],
+) -> Float[Array, " L"]:
     """Path-space KL rate between two CTMCs, split into timing and direction.
 
         D = [lambda log(lambda/lambda_theta) - lambda + lambda_theta] + lambda KL(pi || pi_theta)
@@ -147,14 +167,18 @@ def _check_per_token_logits(schedule, z, values, name: str):
     z = check_tokens(z, schedule.vocab_size, "z")
     values = jnp.asarray(values)
     if values.shape != (*z.shape, schedule.vocab_size):
-        raise ValueError(f"`{name}` must have shape {(*z.shape, schedule.vocab_size)}, got "
-                         f"{values.shape}.")
+        raise ValueError(
+            f"`{name}` must have shape {(*z.shape, schedule.vocab_size)}, got {values.shape}."
+        )
     return z, values
 
 
-def rates_from_x0(schedule: InterpolatingSchedule, z: Int[ArrayLike, " L"],
-                  log_x0: Float[ArrayLike, "L S"], t: Float[ArrayLike, ""]
-                  ) -> tuple[Float[Array, " L"], Float[Array, "L S"]]:
+def rates_from_x0(
+    schedule: InterpolatingSchedule,
+    z: Int[ArrayLike, " L"],
+    log_x0: Float[ArrayLike, "L S"],
+    t: Float[ArrayLike, ""],
+) -> tuple[Float[Array, " L"], Float[Array, "L S"]]:
     """(exit rate, jump distribution) of the reverse chain built from a clean-token prediction.
 
     ``R_theta(z -> y) = rho_t(z) q_t(y|x_hat) / q_t(z|x_hat)``, ``q_t(.|x_hat) = alpha_t x_hat +
@@ -174,15 +198,19 @@ def rates_from_x0(schedule: InterpolatingSchedule, z: Int[ArrayLike, " L"],
     logq_z = jnp.sum(jnp.where(onehot, logq, 0.0), axis=-1)
     log_rest = _log_not(logq, onehot)
     active = rho_z > 0
-    log_lam = jnp.where(active, jnp.log(jnp.where(active, rho_z, 1.0)) + log_rest - logq_z,
-                        -jnp.inf)
+    log_lam = jnp.where(
+        active, jnp.log(jnp.where(active, rho_z, 1.0)) + log_rest - logq_z, -jnp.inf
+    )
     log_pi = jnp.where(onehot, NEG, logq - log_rest[:, None])
     return log_lam, log_pi
 
 
-def rates_from_score(schedule: InterpolatingSchedule, z: Int[ArrayLike, " L"],
-                     log_score: Float[ArrayLike, "L S"], t: Float[ArrayLike, ""]
-                     ) -> tuple[Float[Array, " L"], Float[Array, "L S"]]:
+def rates_from_score(
+    schedule: InterpolatingSchedule,
+    z: Int[ArrayLike, " L"],
+    log_score: Float[ArrayLike, "L S"],
+    t: Float[ArrayLike, ""],
+) -> tuple[Float[Array, " L"], Float[Array, "L S"]]:
     """(exit rate, jump distribution) from a concrete score ``s_y ~ p_t(z^{i<-y}) / p_t(z)``.
 
     ``R_theta(z -> y) = rho_t(z) s_y`` (SEDD), so ``lambda_theta = rho_t(z) sum_{y != z} s_y`` and
@@ -199,10 +227,16 @@ def rates_from_score(schedule: InterpolatingSchedule, z: Int[ArrayLike, " L"],
     return log_lam, jnp.where(onehot, NEG, log_score - log_tot[:, None])
 
 
-def gidd_integrand(schedule: InterpolatingSchedule, x: Int[ArrayLike, " L"],
-                   z: Int[ArrayLike, " L"], log_x0: Float[ArrayLike, "L S"],
-                   t: Float[ArrayLike, ""], *, weighting: str = "elbo",
-                   max_weight: float = 2.0) -> Float[Array, " L"]:
+def gidd_integrand(
+    schedule: InterpolatingSchedule,
+    x: Int[ArrayLike, " L"],
+    z: Int[ArrayLike, " L"],
+    log_x0: Float[ArrayLike, "L S"],
+    t: Float[ArrayLike, ""],
+    *,
+    weighting: str = "elbo",
+    max_weight: float = 2.0,
+) -> Float[Array, " L"]:
     """GIDD's per-position loss ``w [KL(q_t(.|x) || q_t(.|x_hat)) + r - log r - 1]``.
 
     ``w = rho_t(z)/q_t(z|x)`` (the ELBO weight), ``r = q_t(z|x)/q_t(z|x_hat)``. With
@@ -220,8 +254,9 @@ def gidd_integrand(schedule: InterpolatingSchedule, x: Int[ArrayLike, " L"],
     logq = jnp.log(alpha * jax.nn.one_hot(x, v, dtype=mix.dtype) + mix[None, :])
     logq_hat = jnp.logaddexp(jnp.log(alpha) + jnp.asarray(log_x0), jnp.log(mix)[None, :])
     kl = categorical_kl(jnp.exp(logq), logq_hat)
-    log_r = (jnp.sum(jnp.where(onehot, logq, 0.0), axis=-1)
-             - jnp.sum(jnp.where(onehot, logq_hat, 0.0), axis=-1))
+    log_r = jnp.sum(jnp.where(onehot, logq, 0.0), axis=-1) - jnp.sum(
+        jnp.where(onehot, logq_hat, 0.0), axis=-1
+    )
     itakura_saito = jnp.expm1(log_r) - log_r
     logq_z = jnp.sum(jnp.where(onehot, logq, 0.0), axis=-1)
     w = rho_z * jnp.exp(-logq_z)
@@ -229,7 +264,7 @@ def gidd_integrand(schedule: InterpolatingSchedule, x: Int[ArrayLike, " L"],
         w = jnp.clip(w, 0.0, max_weight)
     elif weighting == "dynamic":
         is_x, is_m = z == x, z == (v - 1 if schedule.mask_id is not None else -1)
-        big_b = 2.0 ** schedule.gamma * schedule.p_u / (1 - schedule.p_u)
+        big_b = 2.0**schedule.gamma * schedule.p_u / (1 - schedule.p_u)
         log_snr = jnp.clip(-jnp.log(alpha / (1 - alpha)), -20, 20)
         x_scale = big_b * jnp.exp(schedule.gamma / 2 * log_snr)
         w = jnp.where(is_x, x_scale, jnp.where(is_m, 2.0, 1.0)).astype(w.dtype)
@@ -237,29 +272,39 @@ def gidd_integrand(schedule: InterpolatingSchedule, x: Int[ArrayLike, " L"],
     return w * (kl + itakura_saito)
 
 
-def score_entropy(schedule: InterpolatingSchedule, x: Int[ArrayLike, " L"],
-                  z: Int[ArrayLike, " L"], log_score: Float[ArrayLike, "L S"],
-                  t: Float[ArrayLike, ""]) -> Float[Array, " L"]:
+def score_entropy(
+    schedule: InterpolatingSchedule,
+    x: Int[ArrayLike, " L"],
+    z: Int[ArrayLike, " L"],
+    log_score: Float[ArrayLike, "L S"],
+    t: Float[ArrayLike, ""],
+) -> Float[Array, " L"]:
     """SEDD's denoising score entropy per position (``>= 0``):
 
-        sum_{y != z} rho_t(z) [ s_y - a_y log s_y + a_y (log a_y - 1) ],   a_y = q_t(y|x)/q_t(z|x).
+    sum_{y != z} rho_t(z) [ s_y - a_y log s_y + a_y (log a_y - 1) ],   a_y = q_t(y|x)/q_t(z|x).
     """
     _check_schedule(schedule)
     x, z = _check_pair(jnp.asarray(x), jnp.asarray(z), schedule)
     alpha, mix, _, rho_z, onehot = _rates_at(schedule, z, t)
-    logq = jnp.log(alpha * jax.nn.one_hot(x, schedule.vocab_size, dtype=mix.dtype)
-                   + mix[None, :])
+    logq = jnp.log(alpha * jax.nn.one_hot(x, schedule.vocab_size, dtype=mix.dtype) + mix[None, :])
     log_a = logq - jnp.sum(jnp.where(onehot, logq, 0.0), axis=-1)[:, None]
     a = jnp.exp(log_a)
     log_s = jnp.asarray(log_score)
-    term = jnp.exp(log_s) - jnp.where(a > 0, a * log_s, 0.0) + jnp.where(
-        a > 0, a * (jnp.where(a > 0, log_a, 0.0) - 1), 0.0)
+    term = (
+        jnp.exp(log_s)
+        - jnp.where(a > 0, a * log_s, 0.0)
+        + jnp.where(a > 0, a * (jnp.where(a > 0, log_a, 0.0) - 1), 0.0)
+    )
     return rho_z * jnp.sum(jnp.where(onehot, 0.0, term), axis=-1)
 
 
-def mdlm_integrand(schedule: InterpolatingSchedule, x: Int[ArrayLike, " L"],
-                   z: Int[ArrayLike, " L"], log_x0: Float[ArrayLike, "L S"],
-                   t: Float[ArrayLike, ""]) -> Float[Array, " L"]:
+def mdlm_integrand(
+    schedule: InterpolatingSchedule,
+    x: Int[ArrayLike, " L"],
+    z: Int[ArrayLike, " L"],
+    log_x0: Float[ArrayLike, "L S"],
+    t: Float[ArrayLike, ""],
+) -> Float[Array, " L"]:
     """MDLM's weighted cross-entropy: ``-alpha_t'/(1 - alpha_t) (-log x_hat(x))`` at masks.
 
     Masked schedule only (``1/t`` weight for ``alpha_t = 1 - t``); zero on unmasked tokens.

@@ -27,19 +27,21 @@ from ._ctmc import (
     score_entropy,
 )
 from ._models import DiffusionTransformer, model_log_x0, model_rates
-from ._schedules import check_tokens, InterpolatingSchedule
+from ._schedules import InterpolatingSchedule, check_tokens
 
 T_EPS = 1e-3  # times are kept in [eps, 1 - eps] (spec pitfall: rates blow up at the ends)
 
 
-def _check(model: DiffusionTransformer, schedule: InterpolatingSchedule, x: Array, ndim: int
-           ) -> Array:
+def _check(
+    model: DiffusionTransformer, schedule: InterpolatingSchedule, x: Array, ndim: int
+) -> Array:
     _check_schedule(schedule)
     if not isinstance(model, DiffusionTransformer):
         raise TypeError(f"`model` must be a DiffusionTransformer, got {type(model).__name__}.")
     if model.vocab_size != schedule.vocab_size:
-        raise ValueError(f"model vocab_size {model.vocab_size} != schedule vocab_size "
-                         f"{schedule.vocab_size}.")
+        raise ValueError(
+            f"model vocab_size {model.vocab_size} != schedule vocab_size {schedule.vocab_size}."
+        )
     x = jnp.asarray(x)
     if x.ndim != ndim:
         shape = "(B, L)" if ndim == 2 else "(L,)"
@@ -47,8 +49,9 @@ def _check(model: DiffusionTransformer, schedule: InterpolatingSchedule, x: Arra
     return check_tokens(x, schedule.num_tokens, "x")
 
 
-def stratified_times(key: PRNGKeyArray, num: int, t_eps: float = T_EPS, dtype=None
-                     ) -> Float[Array, " T"]:
+def stratified_times(
+    key: PRNGKeyArray, num: int, t_eps: float = T_EPS, dtype=None
+) -> Float[Array, " T"]:
     """Low-discrepancy times ``t_b = eps + (1 - 2 eps)((b + u)/num mod 1)``, ``u ~ U(0, 1)``."""
     dtype = jnp.result_type(float) if dtype is None else dtype
     u = jr.uniform(key, (), dtype)
@@ -75,8 +78,9 @@ def _sedd_integrand(model, schedule, x, z, t):
 
 def _gidd_integrand(weighting):
     def integrand(model, schedule, x, z, t):
-        return gidd_integrand(schedule, x, z, model_log_x0(model, schedule, z, t), t,
-                              weighting=weighting)
+        return gidd_integrand(
+            schedule, x, z, model_log_x0(model, schedule, z, t), t, weighting=weighting
+        )
 
     return integrand
 
@@ -93,8 +97,11 @@ def _score_path_integrand(model, schedule, x, z, t):
     return path_kl(jnp.exp(log_star), pi_star, log_lam, log_pi)
 
 
-_PATH_INTEGRANDS = {"ctmc": _ctmc_integrand, "x0": _x0_path_integrand,
-                    "score": _score_path_integrand}
+_PATH_INTEGRANDS = {
+    "ctmc": _ctmc_integrand,
+    "x0": _x0_path_integrand,
+    "score": _score_path_integrand,
+}
 
 
 def _batch_loss(integrand: Integrand, model, schedule, x, key, t_eps):
@@ -106,9 +113,13 @@ def _batch_loss(integrand: Integrand, model, schedule, x, key, t_eps):
     return (1 - 2 * t_eps) * jnp.mean(jnp.sum(d, axis=-1)) / length
 
 
-def neural_ctmc_loss(model: DiffusionTransformer, schedule: InterpolatingSchedule,
-                     x: Int[Array, "B L"], key: PRNGKeyArray, t_eps: float = T_EPS
-                     ) -> Float[Array, ""]:
+def neural_ctmc_loss(
+    model: DiffusionTransformer,
+    schedule: InterpolatingSchedule,
+    x: Int[Array, "B L"],
+    key: PRNGKeyArray,
+    t_eps: float = T_EPS,
+) -> Float[Array, ""]:
     """Neural CTMC loss: the path KL ``D`` of the two heads against the conditional targets.
 
         D = [lam* log(lam*/lam_theta) - lam* + lam_theta] + lam* KL(pi* || pi_theta)
@@ -128,8 +139,13 @@ def neural_ctmc_loss(model: DiffusionTransformer, schedule: InterpolatingSchedul
     return _batch_loss(_ctmc_integrand, model, schedule, x, key, t_eps)
 
 
-def mdlm_loss(model: DiffusionTransformer, schedule: InterpolatingSchedule, x: Int[Array, "B L"],
-              key: PRNGKeyArray, t_eps: float = T_EPS) -> Float[Array, ""]:
+def mdlm_loss(
+    model: DiffusionTransformer,
+    schedule: InterpolatingSchedule,
+    x: Int[Array, "B L"],
+    key: PRNGKeyArray,
+    t_eps: float = T_EPS,
+) -> Float[Array, ""]:
     """MDLM: ``E_t[ -alpha'/(1 - alpha) sum_{i masked} -log x_hat_i(x_i) ] / L`` (masked only)."""
     x = _check(model, schedule, x, 2)
     if schedule.kind != "masked":
@@ -137,9 +153,14 @@ def mdlm_loss(model: DiffusionTransformer, schedule: InterpolatingSchedule, x: I
     return _batch_loss(_mdlm_integrand, model, schedule, x, key, t_eps)
 
 
-def gidd_loss(model: DiffusionTransformer, schedule: InterpolatingSchedule, x: Int[Array, "B L"],
-              key: PRNGKeyArray, t_eps: float = T_EPS, weighting: str = "elbo"
-              ) -> Float[Array, ""]:
+def gidd_loss(
+    model: DiffusionTransformer,
+    schedule: InterpolatingSchedule,
+    x: Int[Array, "B L"],
+    key: PRNGKeyArray,
+    t_eps: float = T_EPS,
+    weighting: str = "elbo",
+) -> Float[Array, ""]:
     """GIDD: ``w (KL(q_t(.|x) || q_t(.|x_hat)) + IS)`` (see `gidd_integrand`), any schedule.
 
     With the uniform schedule this is the uniform x_hat baseline (UDLM-like).
@@ -150,16 +171,28 @@ def gidd_loss(model: DiffusionTransformer, schedule: InterpolatingSchedule, x: I
     return _batch_loss(_gidd_integrand(weighting), model, schedule, x, key, t_eps)
 
 
-def sedd_loss(model: DiffusionTransformer, schedule: InterpolatingSchedule, x: Int[Array, "B L"],
-              key: PRNGKeyArray, t_eps: float = T_EPS) -> Float[Array, ""]:
+def sedd_loss(
+    model: DiffusionTransformer,
+    schedule: InterpolatingSchedule,
+    x: Int[Array, "B L"],
+    key: PRNGKeyArray,
+    t_eps: float = T_EPS,
+) -> Float[Array, ""]:
     """SEDD score entropy (DWDSE), logits read as log concrete scores (uniform or absorbing)."""
     x = _check(model, schedule, x, 2)
     return _batch_loss(_sedd_integrand, model, schedule, x, key, t_eps)
 
 
-def nelbo(model: DiffusionTransformer, schedule: InterpolatingSchedule, x: Int[Array, " L"],
-          key: PRNGKeyArray, parameterization: str = "ctmc", num_times: int = 64,
-          num_noise: int = 1, t_eps: float = T_EPS) -> Float[Array, ""]:
+def nelbo(
+    model: DiffusionTransformer,
+    schedule: InterpolatingSchedule,
+    x: Int[Array, " L"],
+    key: PRNGKeyArray,
+    parameterization: str = "ctmc",
+    num_times: int = 64,
+    num_noise: int = 1,
+    t_eps: float = T_EPS,
+) -> Float[Array, ""]:
     """Negative ELBO of one sequence (nats, summed over positions), any parameterisation.
 
     ``NELBO(x) = int_0^1 E_{z ~ q_t(.|x)} sum_i D_i dt`` estimated with ``num_times`` stratified
@@ -170,8 +203,9 @@ def nelbo(model: DiffusionTransformer, schedule: InterpolatingSchedule, x: Int[A
     """
     x = _check(model, schedule, x, 1)
     if parameterization not in _PATH_INTEGRANDS:
-        raise ValueError(f"`parameterization` must be one of {list(_PATH_INTEGRANDS)}, got "
-                         f"{parameterization!r}.")
+        raise ValueError(
+            f"`parameterization` must be one of {list(_PATH_INTEGRANDS)}, got {parameterization!r}."
+        )
     for name, val in (("num_times", num_times), ("num_noise", num_noise)):
         if not isinstance(val, int) or val < 1:
             raise ValueError(f"`{name}` must be an int >= 1, got {val!r}.")

@@ -12,8 +12,8 @@ import jax.random as jr
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
 from ..nn import Transformer
-from ._ctmc import _check_schedule, NEG, rates_from_score, rates_from_x0
-from ._schedules import check_time, check_tokens, InterpolatingSchedule
+from ._ctmc import NEG, _check_schedule, rates_from_score, rates_from_x0
+from ._schedules import InterpolatingSchedule, check_time, check_tokens
 
 PARAMETERIZATIONS = ("ctmc", "x0", "score")
 EXIT_CLIP = 15.0  # |s| bound of the learned log-ratio to the reference exit rate (choice)
@@ -31,22 +31,44 @@ class DiffusionTransformer(eqx.Module):
     transformer: Transformer
     exit_head: eqx.nn.Linear
 
-    def __init__(self, vocab_size: int, dim: int, num_layers: int, num_heads: int, max_len: int,
-                 *, key: PRNGKeyArray, mixer: str = "swiglu"):
+    def __init__(
+        self,
+        vocab_size: int,
+        dim: int,
+        num_layers: int,
+        num_heads: int,
+        max_len: int,
+        *,
+        key: PRNGKeyArray,
+        mixer: str = "swiglu",
+    ):
         ktr, _ = jr.split(key)
-        self.transformer = Transformer(vocab_size, dim, num_layers, num_heads, max_len, key=ktr,
-                                       mixer=mixer, causal=False, time_conditioning=True)
+        self.transformer = Transformer(
+            vocab_size,
+            dim,
+            num_layers,
+            num_heads,
+            max_len,
+            key=ktr,
+            mixer=mixer,
+            causal=False,
+            time_conditioning=True,
+        )
         lin = eqx.nn.Linear(dim, 1, key=key)
-        self.exit_head = eqx.tree_at(lambda m: (m.weight, m.bias), lin,
-                                     (jnp.zeros_like(lin.weight), jnp.zeros_like(lin.bias)))
+        self.exit_head = eqx.tree_at(
+            lambda m: (m.weight, m.bias),
+            lin,
+            (jnp.zeros_like(lin.weight), jnp.zeros_like(lin.bias)),
+        )
 
     @property
     def vocab_size(self) -> int:
         """Number of states ``V`` the network reads and predicts."""
         return self.transformer.vocab_size
 
-    def __call__(self, z: Int[Array, " L"], t: Float[ArrayLike, ""]
-                 ) -> tuple[Float[Array, " L"], Float[Array, "L S"]]:
+    def __call__(
+        self, z: Int[Array, " L"], t: Float[ArrayLike, ""]
+    ) -> tuple[Float[Array, " L"], Float[Array, "L S"]]:
         """(exit score ``s`` (L,), logits (L, V)) for one noisy sequence at time ``t``."""
         h, _ = self.transformer.features(z, jnp.asarray(t))
         logits = self.transformer.logits(h)
@@ -54,8 +76,9 @@ class DiffusionTransformer(eqx.Module):
         return exit_score, logits
 
 
-def reference_log_exit_rate(schedule: InterpolatingSchedule, z: Int[ArrayLike, " L"],
-                            t: Float[ArrayLike, ""]) -> Float[Array, " L"]:
+def reference_log_exit_rate(
+    schedule: InterpolatingSchedule, z: Int[ArrayLike, " L"], t: Float[ArrayLike, ""]
+) -> Float[Array, " L"]:
     """``ref_t(z) = log rho_t(z) + log(1 - m_t(z)) - log m_t(z)``: exit rate of sure noise.
 
     ``-inf`` where ``rho_t(z) = 0`` (no reverse jump can leave an unmasked token of the masked
@@ -71,8 +94,9 @@ def reference_log_exit_rate(schedule: InterpolatingSchedule, z: Int[ArrayLike, "
     return jnp.where(active, ref, -jnp.inf)
 
 
-def _exclude(logits: Array, z: Array, schedule: InterpolatingSchedule, *, current: bool,
-             mask: bool) -> Array:
+def _exclude(
+    logits: Array, z: Array, schedule: InterpolatingSchedule, *, current: bool, mask: bool
+) -> Array:
     v = schedule.vocab_size
     drop = jnp.zeros(logits.shape, bool)
     if current:
@@ -82,9 +106,13 @@ def _exclude(logits: Array, z: Array, schedule: InterpolatingSchedule, *, curren
     return jnp.where(drop, NEG, logits)
 
 
-def model_rates(model: DiffusionTransformer, schedule: InterpolatingSchedule,
-                z: Int[ArrayLike, " L"], t: Float[ArrayLike, ""], parameterization: str = "ctmc"
-                ) -> tuple[Float[Array, " L"], Float[Array, "L S"]]:
+def model_rates(
+    model: DiffusionTransformer,
+    schedule: InterpolatingSchedule,
+    z: Int[ArrayLike, " L"],
+    t: Float[ArrayLike, ""],
+    parameterization: str = "ctmc",
+) -> tuple[Float[Array, " L"], Float[Array, "L S"]]:
     """The learned reverse chain ``(log lambda_theta (L,), log pi_theta (L, V))`` at ``(z, t)``.
 
     * ``"ctmc"`` (Neural CTMC): ``log lambda_theta = clip(s, -15, 15) + ref_t(z)``,
@@ -94,32 +122,41 @@ def model_rates(model: DiffusionTransformer, schedule: InterpolatingSchedule,
     * ``"score"`` (SEDD): logits are log scores -> `rates_from_score`.
     """
     if parameterization not in PARAMETERIZATIONS:
-        raise ValueError(f"`parameterization` must be one of {list(PARAMETERIZATIONS)}, got "
-                         f"{parameterization!r}.")
+        raise ValueError(
+            f"`parameterization` must be one of {list(PARAMETERIZATIONS)}, got "
+            f"{parameterization!r}."
+        )
     if not isinstance(model, DiffusionTransformer):
         raise TypeError(f"`model` must be a DiffusionTransformer, got {type(model).__name__}.")
     _check_schedule(schedule)
     if model.vocab_size != schedule.vocab_size:
-        raise ValueError(f"model vocab_size {model.vocab_size} != schedule vocab_size "
-                         f"{schedule.vocab_size}.")
+        raise ValueError(
+            f"model vocab_size {model.vocab_size} != schedule vocab_size {schedule.vocab_size}."
+        )
     z = check_tokens(z, schedule.vocab_size, "z")
     t = check_time(t)
     s, logits = model(z, t)
     if parameterization == "ctmc":
         ref = reference_log_exit_rate(schedule, z, t)
         log_lam = jnp.where(jnp.isfinite(ref), jnp.clip(s, -EXIT_CLIP, EXIT_CLIP) + ref, -jnp.inf)
-        log_pi = jax.nn.log_softmax(_exclude(logits, z, schedule, current=True,
-                                                  mask=schedule.kind == "masked"), axis=-1)
+        log_pi = jax.nn.log_softmax(
+            _exclude(logits, z, schedule, current=True, mask=schedule.kind == "masked"), axis=-1
+        )
         return log_lam, log_pi
     if parameterization == "x0":
-        log_x0 = jax.nn.log_softmax(_exclude(logits, z, schedule, current=False, mask=True),
-                                    axis=-1)
+        log_x0 = jax.nn.log_softmax(
+            _exclude(logits, z, schedule, current=False, mask=True), axis=-1
+        )
         return rates_from_x0(schedule, z, log_x0, t)
     return rates_from_score(schedule, z, logits, t)
 
 
-def model_log_x0(model: DiffusionTransformer, schedule: InterpolatingSchedule,
-                 z: Int[ArrayLike, " L"], t: Float[ArrayLike, ""]) -> Float[Array, "L S"]:
+def model_log_x0(
+    model: DiffusionTransformer,
+    schedule: InterpolatingSchedule,
+    z: Int[ArrayLike, " L"],
+    t: Float[ArrayLike, ""],
+) -> Float[Array, "L S"]:
     """Clean-token log-probabilities of an ``"x0"`` model (mask entry ``~NEG``)."""
     _, logits = model(check_tokens(z, schedule.vocab_size, "z"), check_time(t))
     logits = _exclude(logits, jnp.asarray(z), schedule, current=False, mask=True)

@@ -15,8 +15,9 @@ import jax.random as jr
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
 
-def categorical(key: PRNGKeyArray, logits: Float[ArrayLike, "*batch S"],
-                shape: tuple[int, ...] | None = None) -> Int[Array, "..."]:
+def categorical(
+    key: PRNGKeyArray, logits: Float[ArrayLike, "*batch S"], shape: tuple[int, ...] | None = None
+) -> Int[Array, "..."]:
     """Index drawn from ``softmax(logits)`` along the last axis (Gumbel-max).
 
     ``shape`` (optional) is the batch shape of the draws; ``logits`` broadcast against it.

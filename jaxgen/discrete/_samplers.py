@@ -20,9 +20,9 @@ import jax.random as jr
 from jax import lax
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from ._ctmc import _check_schedule, NEG
+from ._ctmc import NEG, _check_schedule
+from ._models import PARAMETERIZATIONS, DiffusionTransformer, model_rates
 from ._random import categorical, uniform
-from ._models import DiffusionTransformer, model_rates, PARAMETERIZATIONS
 from ._schedules import InterpolatingSchedule
 
 METHODS = ("euler", "tau_leaping", "gillespie")
@@ -30,14 +30,21 @@ RateFn = Callable[[Array, Array], tuple[Array, Array]]
 
 
 def _check_rates(log_lam: Array, log_pi: Array) -> tuple[Array, Array]:
-    log_lam = eqx.error_if(log_lam, jnp.any(jnp.isnan(log_lam) | (log_lam == jnp.inf)),
-                           "`log_lam` must not be NaN or +inf (a non-finite exit rate).")
+    log_lam = eqx.error_if(
+        log_lam,
+        jnp.any(jnp.isnan(log_lam) | (log_lam == jnp.inf)),
+        "`log_lam` must not be NaN or +inf (a non-finite exit rate).",
+    )
     return log_lam, log_pi
 
 
-def euler_jump_step(key: PRNGKeyArray, z: Int[Array, "*batch L"],
-                    log_lam: Float[Array, "*batch L"], log_pi: Float[Array, "*batch L S"],
-                    h: Float[Array, ""] | float) -> Int[Array, "*batch L"]:
+def euler_jump_step(
+    key: PRNGKeyArray,
+    z: Int[Array, "*batch L"],
+    log_lam: Float[Array, "*batch L"],
+    log_pi: Float[Array, "*batch L S"],
+    h: Float[Array, ""] | float,
+) -> Int[Array, "*batch L"]:
     """Exit-rate Euler step: position ``i`` jumps w.p. ``1 - exp(-h lambda_i)`` to ``y ~ pi_i``.
 
     Exact for rates frozen over the step when at most one jump per position is allowed. Acts on
@@ -51,9 +58,13 @@ def euler_jump_step(key: PRNGKeyArray, z: Int[Array, "*batch L"],
     return jnp.where(u < p_jump, y, z)
 
 
-def tau_leap_step(key: PRNGKeyArray, z: Int[Array, "*batch L"],
-                  log_lam: Float[Array, "*batch L"], log_pi: Float[Array, "*batch L S"],
-                  h: Float[Array, ""] | float) -> Int[Array, "*batch L"]:
+def tau_leap_step(
+    key: PRNGKeyArray,
+    z: Int[Array, "*batch L"],
+    log_lam: Float[Array, "*batch L"],
+    log_pi: Float[Array, "*batch L S"],
+    h: Float[Array, ""] | float,
+) -> Int[Array, "*batch L"]:
     """tau-leaping: ``n_y ~ Poisson(h lambda pi_y)``; move iff exactly one jump fired (choice).
 
     By Poisson splitting, ``sum_y n_y ~ Poisson(h lambda)`` and a single event lands on
@@ -66,8 +77,9 @@ def tau_leap_step(key: PRNGKeyArray, z: Int[Array, "*batch L"],
     return jnp.where(n == 1, y, z)
 
 
-def _gillespie_interval(key: PRNGKeyArray, z: Array, rate_fn: RateFn, t: Array, h: Array,
-                        max_events: int) -> Array:
+def _gillespie_interval(
+    key: PRNGKeyArray, z: Array, rate_fn: RateFn, t: Array, h: Array, max_events: int
+) -> Array:
     """Exact event-by-event simulation over an interval of length ``h`` with time frozen at t."""
 
     def cond(state):
@@ -90,8 +102,9 @@ def _gillespie_interval(key: PRNGKeyArray, z: Array, rate_fn: RateFn, t: Array, 
     return lax.while_loop(cond, body, init)[1]
 
 
-def _fill_masks(key: PRNGKeyArray, z: Array, log_pi: Array, schedule: InterpolatingSchedule
-                ) -> Array:
+def _fill_masks(
+    key: PRNGKeyArray, z: Array, log_pi: Array, schedule: InterpolatingSchedule
+) -> Array:
     """Replace tokens still masked by a draw of the jump distribution ``log_pi`` (mask excluded)."""
     is_mask = jnp.broadcast_to(jnp.arange(schedule.vocab_size) == schedule.mask_id, log_pi.shape)
     log_pi = jnp.where(is_mask, NEG, log_pi)
@@ -99,9 +112,17 @@ def _fill_masks(key: PRNGKeyArray, z: Array, log_pi: Array, schedule: Interpolat
     return jnp.where(z == schedule.mask_id, y, z)
 
 
-def sample_rates(key: PRNGKeyArray, rate_fn: RateFn, schedule: InterpolatingSchedule, num: int,
-                 length: int, steps: int, method: str = "euler", t_eps: float = 1e-3,
-                 max_events: int | None = None) -> Int[Array, "B L"]:
+def sample_rates(
+    key: PRNGKeyArray,
+    rate_fn: RateFn,
+    schedule: InterpolatingSchedule,
+    num: int,
+    length: int,
+    steps: int,
+    method: str = "euler",
+    t_eps: float = 1e-3,
+    max_events: int | None = None,
+) -> Int[Array, "B L"]:
     """Sample ``num`` sequences from the reverse chain ``rate_fn(z (L,), t) -> (log_lam, log_pi)``.
 
     Args:
@@ -127,8 +148,9 @@ def sample_rates(key: PRNGKeyArray, rate_fn: RateFn, schedule: InterpolatingSche
         raise ValueError(f"`t_eps` must lie in [0, 0.5), got {t_eps}.")
     max_events = 4 * length if max_events is None else max_events
     # jitted with the step count traced: one compilation per rate_fn serves every K
-    return _sample_rates_jit(key, rate_fn, schedule, num, length, jnp.asarray(steps), method,
-                             t_eps, max_events)
+    return _sample_rates_jit(
+        key, rate_fn, schedule, num, length, jnp.asarray(steps), method, t_eps, max_events
+    )
 
 
 def _sample_rates(key, rate_fn, schedule, num, length, steps, method, t_eps, max_events):
@@ -149,7 +171,8 @@ def _sample_rates(key, rate_fn, schedule, num, length, steps, method, t_eps, max
         key_i = jr.fold_in(kscan, i)
         if method == "gillespie":  # event-by-event per sequence
             return jax.vmap(lambda k, zi: _gillespie_interval(k, zi, rate_fn, t, h, max_events))(
-                jr.split(key_i, num), z)
+                jr.split(key_i, num), z
+            )
         # one network call for the batch, then one draw of random bits for all positions
         log_lam, log_pi = jax.vmap(rate_fn, in_axes=(0, None))(z, t)
         k_step, k_fill = jr.split(key_i)
@@ -180,9 +203,17 @@ def _sample_model(model, schedule, key, num, length, steps, method, parameteriza
     return _sample_rates(key, rate_fn, schedule, num, length, steps, method, t_eps, 4 * length)
 
 
-def sample(model: DiffusionTransformer, schedule: InterpolatingSchedule, key: PRNGKeyArray,
-           num: int, length: int, steps: int, method: str = "euler",
-           parameterization: str = "ctmc", t_eps: float = 1e-3) -> Int[Array, "B L"]:
+def sample(
+    model: DiffusionTransformer,
+    schedule: InterpolatingSchedule,
+    key: PRNGKeyArray,
+    num: int,
+    length: int,
+    steps: int,
+    method: str = "euler",
+    parameterization: str = "ctmc",
+    t_eps: float = 1e-3,
+) -> Int[Array, "B L"]:
     """Jitted reverse sampling from a trained `DiffusionTransformer` (see `sample_rates`).
 
     ``parameterization`` (``"ctmc"``, ``"x0"``, ``"score"``) says how the network's outputs become
@@ -191,12 +222,15 @@ def sample(model: DiffusionTransformer, schedule: InterpolatingSchedule, key: PR
     if not isinstance(model, DiffusionTransformer):
         raise TypeError(f"`model` must be a DiffusionTransformer, got {type(model).__name__}.")
     if parameterization not in PARAMETERIZATIONS:
-        raise ValueError(f"`parameterization` must be one of {list(PARAMETERIZATIONS)}, got "
-                         f"{parameterization!r}.")
+        raise ValueError(
+            f"`parameterization` must be one of {list(PARAMETERIZATIONS)}, got "
+            f"{parameterization!r}."
+        )
     for name, val in (("num", num), ("length", length), ("steps", steps)):
         if not isinstance(val, int) or isinstance(val, bool) or val < 1:
             raise ValueError(f"`{name}` must be an int >= 1, got {val!r}.")
     if method not in METHODS:
         raise ValueError(f"`method` must be one of {list(METHODS)}, got {method!r}.")
-    return _sample_model(model, schedule, key, num, length, jnp.asarray(steps), method,
-                         parameterization, t_eps)
+    return _sample_model(
+        model, schedule, key, num, length, jnp.asarray(steps), method, parameterization, t_eps
+    )

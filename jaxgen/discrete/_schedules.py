@@ -37,8 +37,11 @@ def check_tokens(x: Any, vocab_size: int, name: str) -> Array:
     x = jnp.asarray(x)
     if not jnp.issubdtype(x.dtype, jnp.integer):
         raise TypeError(f"`{name}` must hold integer token ids, got dtype {x.dtype}.")
-    return eqx.error_if(x, jnp.any((x < 0) | (x >= vocab_size)),
-                        f"`{name}` has token ids outside the vocabulary [0, {vocab_size}).")
+    return eqx.error_if(
+        x,
+        jnp.any((x < 0) | (x >= vocab_size)),
+        f"`{name}` has token ids outside the vocabulary [0, {vocab_size}).",
+    )
 
 
 class InterpolatingSchedule(eqx.Module):
@@ -67,8 +70,14 @@ class InterpolatingSchedule(eqx.Module):
     p_u: float = eqx.field(static=True)
     gamma: float = eqx.field(static=True)
 
-    def __init__(self, kind: str, num_tokens: int, mask_id: int | None = None, p_u: float = 0.2,
-                 gamma: float = 1.0):
+    def __init__(
+        self,
+        kind: str,
+        num_tokens: int,
+        mask_id: int | None = None,
+        p_u: float = 0.2,
+        gamma: float = 1.0,
+    ):
         if kind not in KINDS:
             raise ValueError(f"unknown schedule `kind` {kind!r}; expected one of {list(KINDS)}.")
         if not isinstance(num_tokens, int) or num_tokens < 2:
@@ -78,11 +87,14 @@ class InterpolatingSchedule(eqx.Module):
                 raise ValueError(f"the uniform schedule has no mask token; got mask_id={mask_id}.")
         else:
             if mask_id is None:
-                raise ValueError(f"the {kind} schedule needs a `mask_id` (expected {num_tokens}, "
-                                 "the id after the real tokens); got None.")
+                raise ValueError(
+                    f"the {kind} schedule needs a `mask_id` (expected {num_tokens}, "
+                    "the id after the real tokens); got None."
+                )
             if mask_id != num_tokens:
-                raise ValueError(f"`mask_id` must be num_tokens = {num_tokens} (the last id), got "
-                                 f"{mask_id}.")
+                raise ValueError(
+                    f"`mask_id` must be num_tokens = {num_tokens} (the last id), got {mask_id}."
+                )
         if not 0.0 < p_u < 1.0:
             raise ValueError(f"`p_u` must lie in (0, 1), got {p_u}.")
         if not gamma > 0.0:
@@ -103,7 +115,7 @@ class InterpolatingSchedule(eqx.Module):
         if self.kind == "masked":
             return 1 - t, jax.nn.one_hot(n, v, dtype=t.dtype) * t
         g = self.gamma
-        big_b = 2.0 ** g * self.p_u / (1 - self.p_u)
+        big_b = 2.0**g * self.p_u / (1 - self.p_u)
         c = big_b * t ** (g / 2) * (1 - t) ** (g / 2)
         u = jnp.concatenate([jnp.full((n,), 1.0 / n, t.dtype), jnp.zeros((1,), t.dtype)])
         e_m = jax.nn.one_hot(n, v, dtype=t.dtype)
@@ -117,8 +129,9 @@ class InterpolatingSchedule(eqx.Module):
         """Noise mass ``m_t`` over the ``V`` states (sums to ``1 - alpha_t``)."""
         return self._alpha_mixing(check_time(t))[1]
 
-    def rates(self, t: Float[ArrayLike, ""]) -> tuple[Float[Array, ""], Float[Array, " S"],
-                                                      Float[Array, ""], Float[Array, " S"]]:
+    def rates(
+        self, t: Float[ArrayLike, ""]
+    ) -> tuple[Float[Array, ""], Float[Array, " S"], Float[Array, ""], Float[Array, " S"]]:
         """``(alpha_t, m_t, sigma_t, rho_t)``: ``sigma = -alpha'/alpha``, ``rho = m' + sigma m``.
 
         Derivatives by ``jax.jvp``; ``t`` must lie in ``[0, 1)`` (``sigma_1`` is infinite).
@@ -153,8 +166,9 @@ class InterpolatingSchedule(eqx.Module):
             return jnp.full((self.vocab_size,), 1.0 / self.num_tokens, dtype)
         return jax.nn.one_hot(self.num_tokens, self.vocab_size, dtype=dtype)
 
-    def sample(self, key: PRNGKeyArray, x: Int[ArrayLike, " L"], t: Float[ArrayLike, ""]
-               ) -> Int[Array, " L"]:
+    def sample(
+        self, key: PRNGKeyArray, x: Int[ArrayLike, " L"], t: Float[ArrayLike, ""]
+    ) -> Int[Array, " L"]:
         """Draw ``z_i ~ q_t(. | x_i)`` independently per position."""
         logq = self.log_marginal(x, t)
         return categorical(key, logq).astype(jnp.asarray(x).dtype)
@@ -170,8 +184,7 @@ def masked_schedule(num_tokens: int, mask_id: int | None = None) -> Interpolatin
 
     ``mask_id`` defaults to ``num_tokens``; passing anything else raises ``ValueError``.
     """
-    return InterpolatingSchedule("masked", num_tokens,
-                                 num_tokens if mask_id is None else mask_id)
+    return InterpolatingSchedule("masked", num_tokens, num_tokens if mask_id is None else mask_id)
 
 
 def gidd_schedule(num_tokens: int, p_u: float = 0.2, gamma: float = 1.0) -> InterpolatingSchedule:

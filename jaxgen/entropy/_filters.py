@@ -33,8 +33,13 @@ class FilterResult(NamedTuple):
     scores: np.ndarray
 
 
-def score_documents(docs: Sequence[SymbolsLike], *, window: int | np.integer | None = None,
-                    form: str = "mean", unit: str = "bytes") -> np.ndarray:
+def score_documents(
+    docs: Sequence[SymbolsLike],
+    *,
+    window: int | np.integer | None = None,
+    form: str = "mean",
+    unit: str = "bytes",
+) -> np.ndarray:
     """H_K of every document, ``float64 (M,)`` bits per symbol (per byte by default).
 
     Each document is scored on its own: matches never cross document boundaries. Scores are
@@ -68,17 +73,17 @@ def _words(doc: Any, k: int) -> list[str]:
     if isinstance(doc, bytes | bytearray):
         doc = bytes(doc).decode("utf-8", errors="replace")
     if not isinstance(doc, str):
-        raise TypeError(f"diversity metrics need text documents; docs[{k}] is "
-                        f"{type(doc).__name__}.")
+        raise TypeError(
+            f"diversity metrics need text documents; docs[{k}] is {type(doc).__name__}."
+        )
     return _WORD.findall(doc.lower())
 
 
 def _ngrams(words: list[str], n: int) -> list[tuple[str, ...]]:
-    return [tuple(words[i:i + n]) for i in range(len(words) - n + 1)]
+    return [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
 
 
-def diversity_metrics(docs: Sequence[str | bytes], *, repetition_n: int = 4
-                      ) -> dict[str, float]:
+def diversity_metrics(docs: Sequence[str | bytes], *, repetition_n: int = 4) -> dict[str, float]:
     """Text-diversity metrics of a sample of documents (words are lower-cased ``[a-z']+``).
 
     - ``unique_trigrams``: number of distinct word 3-grams over the whole sample (n-grams never
@@ -127,12 +132,14 @@ def diversity_metrics(docs: Sequence[str | bytes], *, repetition_n: int = 4
 
 def _num_keep(keep: Any, m: int) -> int:
     if isinstance(keep, bool) or not isinstance(keep, int | float | np.integer | np.floating):
-        raise TypeError(f"`keep` must be an int count or a float fraction, got "
-                        f"{type(keep).__name__}.")
+        raise TypeError(
+            f"`keep` must be an int count or a float fraction, got {type(keep).__name__}."
+        )
     if isinstance(keep, int | np.integer):
         if not 1 <= keep <= m:
-            raise ValueError(f"`keep` as a count must be in [1, {m}] (the number of documents), "
-                             f"got {keep}.")
+            raise ValueError(
+                f"`keep` as a count must be in [1, {m}] (the number of documents), got {keep}."
+            )
         return int(keep)
     if not 0.0 < keep <= 1.0:
         raise ValueError(f"`keep` as a fraction must be in (0, 1], got {keep}.")
@@ -145,8 +152,9 @@ def _select(docs: Sequence[Any], scores: np.ndarray, keep: Any) -> FilterResult:
     if scores.shape != (m,):
         raise ValueError(f"expected one score per document ({m}), got shape {scores.shape}.")
     if not np.all(np.isfinite(scores)):
-        raise ValueError(f"scores must be finite; got {int(np.sum(~np.isfinite(scores)))} "
-                         "non-finite.")
+        raise ValueError(
+            f"scores must be finite; got {int(np.sum(~np.isfinite(scores)))} non-finite."
+        )
     k = _num_keep(keep, m)
     top = np.sort(np.argsort(-scores, kind="stable")[:k])  # ties: earlier documents first
     return FilterResult([docs[i] for i in top], top.astype(np.int64), scores)
@@ -159,9 +167,15 @@ def _check_docs(docs: Any) -> None:
         raise ValueError("`docs` is empty; need at least one document.")
 
 
-def filter_by_entropy(docs: Sequence[SymbolsLike], keep: int | float, *,
-                      window: int | np.integer | None = None, form: str = "mean",
-                      unit: str = "bytes", max_score: float | None = None) -> FilterResult:
+def filter_by_entropy(
+    docs: Sequence[SymbolsLike],
+    keep: int | float,
+    *,
+    window: int | np.integer | None = None,
+    form: str = "mean",
+    unit: str = "bytes",
+    max_score: float | None = None,
+) -> FilterResult:
     """Keep the ``keep`` documents with the highest H_K (model-free diversity filter).
 
     Args:
@@ -185,8 +199,9 @@ def filter_by_entropy(docs: Sequence[SymbolsLike], keep: int | float, *,
     return FilterResult(res.documents, res.indices, scores)
 
 
-def filter_by_logprob(docs: Sequence[Any], model: Callable[..., Any], keep: int | float, *,
-                      batched: bool = False) -> FilterResult:
+def filter_by_logprob(
+    docs: Sequence[Any], model: Callable[..., Any], keep: int | float, *, batched: bool = False
+) -> FilterResult:
     """Keep the ``keep`` documents the model finds most likely (the log-probability filter).
 
     ``model`` is any scorer, so that this family needs no language-model code: with

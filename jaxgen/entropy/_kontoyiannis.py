@@ -53,8 +53,9 @@ def to_symbols(seq: SymbolsLike, *, unit: str = "bytes", name: str = "seq") -> n
     if isinstance(seq, str):
         if unit == "words":
             ids: dict[str, int] = {}
-            arr = np.asarray([ids.setdefault(t, len(ids)) for t in _WORD.findall(seq.lower())],
-                             dtype=np.int64)
+            arr = np.asarray(
+                [ids.setdefault(t, len(ids)) for t in _WORD.findall(seq.lower())], dtype=np.int64
+            )
         else:
             arr = np.frombuffer(seq.encode("utf-8"), dtype=np.uint8).astype(np.int64)
     elif isinstance(seq, bytes | bytearray):
@@ -63,16 +64,18 @@ def to_symbols(seq: SymbolsLike, *, unit: str = "bytes", name: str = "seq") -> n
         empty_list = isinstance(seq, list | tuple) and not seq
         arr = np.zeros((0,), np.int64) if empty_list else np.asarray(seq)
         if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
-            raise TypeError(f"`{name}` must hold integer symbols (or be text), got dtype "
-                            f"{arr.dtype}.")
+            raise TypeError(
+                f"`{name}` must hold integer symbols (or be text), got dtype {arr.dtype}."
+            )
         if arr.ndim != 1:
             raise ValueError(f"`{name}` must be 1-D, got shape {arr.shape}.")
         arr = arr.astype(np.int64)
         if arr.size and arr.min() < 0:
             raise ValueError(f"`{name}` symbols must be >= 0, got min {arr.min()}.")
     else:
-        raise TypeError(f"`{name}` must be a str, bytes or a 1-D integer array, got "
-                        f"{type(seq).__name__}.")
+        raise TypeError(
+            f"`{name}` must be a str, bytes or a 1-D integer array, got {type(seq).__name__}."
+        )
     if arr.size == 0:
         raise ValueError(f"`{name}` is empty; need at least one symbol.")
     return arr
@@ -84,8 +87,9 @@ def _check_window(window: Any, minimum: int = 1) -> int | None:
     if isinstance(window, bool) or not isinstance(window, int | np.integer):
         raise TypeError(f"`window` must be an int or None, got {type(window).__name__}.")
     if window < minimum:
-        raise ValueError(f"`window` must be >= {minimum} (or None for the increasing window), "
-                         f"got {window}.")
+        raise ValueError(
+            f"`window` must be >= {minimum} (or None for the increasing window), got {window}."
+        )
     return int(window)
 
 
@@ -122,8 +126,9 @@ def match_lengths(seq: SymbolsLike, *, window: int | np.integer | None = None) -
     return lengths + 1
 
 
-def match_lengths_bruteforce(seq: SymbolsLike, *, window: int | np.integer | None = None
-                             ) -> np.ndarray:
+def match_lengths_bruteforce(
+    seq: SymbolsLike, *, window: int | np.integer | None = None
+) -> np.ndarray:
     """Reference `match_lengths` by direct comparison at every shift (``O(n w)``, ``O(n^2)``).
 
     For each shift ``d = i - j`` it compares ``x[d:]`` with ``x[:-d]`` and takes run lengths of
@@ -134,8 +139,13 @@ def match_lengths_bruteforce(seq: SymbolsLike, *, window: int | np.integer | Non
     return bruteforce_match(x, w) + 1
 
 
-def entropy_rate(seq: SymbolsLike, *, window: int | np.integer | None = None, form: str = "mean",
-                 lengths: np.ndarray | None = None) -> float:
+def entropy_rate(
+    seq: SymbolsLike,
+    *,
+    window: int | np.integer | None = None,
+    form: str = "mean",
+    lengths: np.ndarray | None = None,
+) -> float:
     """Kontoyiannis match-length entropy-rate estimate ``H_K`` in bits per symbol.
 
     Increasing window (``window=None``), positions ``I = {1, ..., floor(n/2) - 1}`` (the second
@@ -179,14 +189,18 @@ def entropy_rate(seq: SymbolsLike, *, window: int | np.integer | None = None, fo
     n = x.shape[0]
     if w is None:
         if n < 4:
-            raise ValueError(f"the increasing-window estimator needs n >= 4 symbols (positions "
-                             f"1..n/2-1), got n = {n}.")
+            raise ValueError(
+                f"the increasing-window estimator needs n >= 4 symbols (positions "
+                f"1..n/2-1), got n = {n}."
+            )
         idx = np.arange(1, n // 2)
         scale = np.log2(idx + 1.0)
     else:
         if n < 2 * w + 1:
-            raise ValueError(f"the sliding-window estimator needs n >= 2 * window + 1 = "
-                             f"{2 * w + 1} symbols, got n = {n}.")
+            raise ValueError(
+                f"the sliding-window estimator needs n >= 2 * window + 1 = "
+                f"{2 * w + 1} symbols, got n = {n}."
+            )
         idx = np.arange(w, n - w)
         scale = np.full(idx.shape, math.log2(w))
     if lengths is None:
@@ -223,8 +237,9 @@ def _check_transition(transition: Any) -> Array:
         raise TypeError(f"`transition` must be floating point, got {p.dtype}.")
     tol = 10 * jnp.finfo(p.dtype).eps * p.shape[0]
     bad = jnp.any(p < 0) | jnp.any(jnp.abs(jnp.sum(p, axis=1) - 1) > jnp.sqrt(tol))
-    return eqx.error_if(p, bad, "`transition` must be a stochastic matrix: entries >= 0 and "
-                        "rows summing to 1.")
+    return eqx.error_if(
+        p, bad, "`transition` must be a stochastic matrix: entries >= 0 and rows summing to 1."
+    )
 
 
 def _normalise_rows(m: Array) -> Array:
@@ -242,8 +257,9 @@ def _stationary(p: Array) -> Array:
     return mu / jnp.sum(mu)
 
 
-def sample_markov(key: PRNGKeyArray, transition: Float[ArrayLike, "S S"], length: int
-                  ) -> Int[Array, " L"]:
+def sample_markov(
+    key: PRNGKeyArray, transition: Float[ArrayLike, "S S"], length: int
+) -> Int[Array, " L"]:
     """A stationary Markov chain path ``int32 (length,)``: ``x_0 ~ mu``, ``x_{t+1} ~ P[x_t]``.
 
     Inverse-CDF sampling in a ``lax.scan`` (one uniform per step); jit with ``length`` static.

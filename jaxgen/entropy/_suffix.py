@@ -94,8 +94,9 @@ def lcp_pairs(levels: list[np.ndarray], a: np.ndarray, b: np.ndarray) -> np.ndar
     return lcp
 
 
-def nearest_smaller(values: np.ndarray, seg_start: np.ndarray, seg_end: np.ndarray
-                    ) -> tuple[np.ndarray, np.ndarray]:
+def nearest_smaller(
+    values: np.ndarray, seg_start: np.ndarray, seg_end: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Previous and next smaller value indices of distinct ``values`` inside segments.
 
     ``prev[k] = max{k' in [seg_start[k], k) : values[k'] < values[k]}`` (``-1`` if none) and
@@ -135,8 +136,9 @@ def _sparse_max(values: np.ndarray, levels: int, forward: bool) -> list[np.ndarr
     return tables
 
 
-def _last_at_least(tables: list[np.ndarray], q: np.ndarray, lo: np.ndarray, t: np.ndarray
-                   ) -> np.ndarray:
+def _last_at_least(
+    tables: list[np.ndarray], q: np.ndarray, lo: np.ndarray, t: np.ndarray
+) -> np.ndarray:
     """Largest ``p`` in ``[lo, q]`` with ``values[p] >= t`` (``-1`` if none); backward tables."""
     cur = q.copy()
     for k in range(len(tables) - 1, -1, -1):
@@ -147,8 +149,9 @@ def _last_at_least(tables: list[np.ndarray], q: np.ndarray, lo: np.ndarray, t: n
     return np.where(valid, cur, -1)
 
 
-def _first_at_least(tables: list[np.ndarray], q: np.ndarray, hi: np.ndarray, t: np.ndarray
-                    ) -> np.ndarray:
+def _first_at_least(
+    tables: list[np.ndarray], q: np.ndarray, hi: np.ndarray, t: np.ndarray
+) -> np.ndarray:
     """Smallest ``p`` in ``[q, hi)`` with ``values[p] >= t`` (``-1`` if none); forward tables."""
     m = tables[0].shape[0]
     cur = q.copy()

@@ -23,7 +23,7 @@ def monotone_tanh(
     """
     k = num_units
     alpha, beta = params[0], params[1]
-    eta, omega, delta = params[2:2 + k], params[2 + k:2 + 2 * k], params[2 + 2 * k:2 + 3 * k]
+    eta, omega, delta = params[2 : 2 + k], params[2 + k : 2 + 2 * k], params[2 + 2 * k : 2 + 3 * k]
     w = jnp.tanh(eta) / k
     u = jnp.exp(omega) * x + delta
     th = jnp.tanh(u)
@@ -43,7 +43,7 @@ def monotone_tanh_inverse(
     No gradient is meant to flow through it (used for sampling).
     """
     k = num_units
-    omega = params[2 + k:2 + 2 * k]
+    omega = params[2 + k : 2 + 2 * k]
     x0 = (z - params[1]) * jnp.exp(-params[0])
     m = jnp.max(jnp.exp(-omega)) + 1e-12
     lo, hi = x0 - m, x0 + m
@@ -81,10 +81,23 @@ class ConditionalMonotoneTanh(eqx.Module):
     cond_dim: int = eqx.field(static=True)
     num_units: int = eqx.field(static=True)
 
-    def __init__(self, dim: int, cond_dim: int, *, num_units: int = 8, width: int = 32,
-                 depth: int = 2, key: PRNGKeyArray):
-        for name, v in (("dim", dim), ("cond_dim", cond_dim), ("num_units", num_units),
-                        ("width", width), ("depth", depth)):
+    def __init__(
+        self,
+        dim: int,
+        cond_dim: int,
+        *,
+        num_units: int = 8,
+        width: int = 32,
+        depth: int = 2,
+        key: PRNGKeyArray,
+    ):
+        for name, v in (
+            ("dim", dim),
+            ("cond_dim", cond_dim),
+            ("num_units", num_units),
+            ("width", width),
+            ("depth", depth),
+        ):
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"`{name}` must be an int >= 1, got {v!r}.")
         self.dim, self.cond_dim, self.num_units = dim, cond_dim, num_units
@@ -93,20 +106,26 @@ class ConditionalMonotoneTanh(eqx.Module):
         mlp = eqx.nn.MLP(cond_dim, dim * q, width, depth, activation=jnp.tanh, key=mkey)
         last = mlp.layers[-1]
         # Output layout per coordinate: (alpha, beta, eta_1..K, omega_1..K, delta_1..K).
-        keep = jnp.zeros((dim, q), dtype=bool).at[:, 2 + num_units:].set(True).reshape(-1)
-        bias = jnp.zeros((dim, q)).at[:, 2 + num_units:2 + 2 * num_units].set(
-            jnp.linspace(-0.5, 1.5, num_units))
-        bias = bias.at[:, 2 + 2 * num_units:].set(jnp.linspace(-2.0, 2.0, num_units))
+        keep = jnp.zeros((dim, q), dtype=bool).at[:, 2 + num_units :].set(True).reshape(-1)
+        bias = (
+            jnp.zeros((dim, q))
+            .at[:, 2 + num_units : 2 + 2 * num_units]
+            .set(jnp.linspace(-0.5, 1.5, num_units))
+        )
+        bias = bias.at[:, 2 + 2 * num_units :].set(jnp.linspace(-2.0, 2.0, num_units))
         weight = jnp.where(keep[:, None], 0.1 * jr.normal(wkey, last.weight.shape), 0.0)
-        last = eqx.tree_at(lambda layer: (layer.weight, layer.bias), last,
-                           (weight.astype(last.weight.dtype), bias.reshape(-1)
-                            .astype(last.weight.dtype)))
+        last = eqx.tree_at(
+            lambda layer: (layer.weight, layer.bias),
+            last,
+            (weight.astype(last.weight.dtype), bias.reshape(-1).astype(last.weight.dtype)),
+        )
         self.mlp = eqx.tree_at(lambda m: m.layers[-1], mlp, last)
 
     def _params(self, condition: Array) -> Array:
         if condition.shape != (self.cond_dim,):
-            raise ValueError(f"`condition` must have shape ({self.cond_dim},), got "
-                             f"{condition.shape}.")
+            raise ValueError(
+                f"`condition` must have shape ({self.cond_dim},), got {condition.shape}."
+            )
         return self.mlp(condition).reshape(self.dim, 2 + 3 * self.num_units)
 
     def transform_and_log_det(
@@ -145,24 +164,36 @@ class ConditionalAffineCoupling(eqx.Module):
     cond_dim: int = eqx.field(static=True)
     split: int = eqx.field(static=True)
 
-    def __init__(self, dim: int, cond_dim: int, *, width: int = 32, depth: int = 2,
-                 split: int | None = None, key: PRNGKeyArray):
+    def __init__(
+        self,
+        dim: int,
+        cond_dim: int,
+        *,
+        width: int = 32,
+        depth: int = 2,
+        split: int | None = None,
+        key: PRNGKeyArray,
+    ):
         if not isinstance(dim, int) or dim < 2:
             raise ValueError(f"`dim` must be an int >= 2 for a coupling, got {dim!r}.")
         split = dim // 2 if split is None else split
         if not 1 <= split < dim:
             raise ValueError(f"`split` must be in [1, {dim - 1}], got {split}.")
         self.dim, self.cond_dim, self.split = dim, cond_dim, split
-        mlp = eqx.nn.MLP(split + cond_dim, 2 * (dim - split), width, depth, activation=jnp.tanh,
-                         key=key)
-        self.mlp = eqx.tree_at(lambda m: (m.layers[-1].weight, m.layers[-1].bias), mlp,
-                               (jnp.zeros_like(mlp.layers[-1].weight),
-                                jnp.zeros_like(mlp.layers[-1].bias)))
+        mlp = eqx.nn.MLP(
+            split + cond_dim, 2 * (dim - split), width, depth, activation=jnp.tanh, key=key
+        )
+        self.mlp = eqx.tree_at(
+            lambda m: (m.layers[-1].weight, m.layers[-1].bias),
+            mlp,
+            (jnp.zeros_like(mlp.layers[-1].weight), jnp.zeros_like(mlp.layers[-1].bias)),
+        )
 
     def _scale_shift(self, xa: Array, condition: Array) -> tuple[Array, Array]:
         if condition.shape != (self.cond_dim,):
-            raise ValueError(f"`condition` must have shape ({self.cond_dim},), got "
-                             f"{condition.shape}.")
+            raise ValueError(
+                f"`condition` must have shape ({self.cond_dim},), got {condition.shape}."
+            )
         out = self.mlp(jnp.concatenate([xa, condition]))
         nb = self.dim - self.split
         return jnp.tanh(out[:nb]), out[nb:]
@@ -173,7 +204,7 @@ class ConditionalAffineCoupling(eqx.Module):
         """Forward map of one sample: (z, log|det dz/dx|)."""
         if x.shape != (self.dim,):
             raise ValueError(f"`x` must have shape ({self.dim},), got {x.shape}.")
-        xa, xb = x[:self.split], x[self.split:]
+        xa, xb = x[: self.split], x[self.split :]
         s, t = self._scale_shift(xa, condition)
         return jnp.concatenate([xa, xb * jnp.exp(s) + t]), jnp.sum(s)
 
@@ -183,7 +214,7 @@ class ConditionalAffineCoupling(eqx.Module):
         """Inverse map of one sample (closed form)."""
         if z.shape != (self.dim,):
             raise ValueError(f"`z` must have shape ({self.dim},), got {z.shape}.")
-        za, zb = z[:self.split], z[self.split:]
+        za, zb = z[: self.split], z[self.split :]
         s, t = self._scale_shift(za, condition)
         return jnp.concatenate([za, (zb - t) * jnp.exp(-s)])
 
@@ -216,8 +247,17 @@ class ConditionalSmoothCouplingFlow(eqx.Module):
     cond_dim: int = eqx.field(static=True)
     num_blocks: int = eqx.field(static=True)
 
-    def __init__(self, dim: int, cond_dim: int, *, num_blocks: int = 2, num_units: int = 8,
-                 width: int = 32, depth: int = 2, key: PRNGKeyArray):
+    def __init__(
+        self,
+        dim: int,
+        cond_dim: int,
+        *,
+        num_blocks: int = 2,
+        num_units: int = 8,
+        width: int = 32,
+        depth: int = 2,
+        key: PRNGKeyArray,
+    ):
         if not isinstance(dim, int) or dim < 2:
             raise ValueError(f"`dim` must be an int >= 2 for a coupling flow, got {dim!r}.")
         if not isinstance(num_blocks, int) or num_blocks < 1:
@@ -225,11 +265,15 @@ class ConditionalSmoothCouplingFlow(eqx.Module):
         self.dim, self.cond_dim, self.num_blocks = dim, cond_dim, num_blocks
         keys = jr.split(key, 2 * num_blocks)
         self.elementwise = tuple(
-            ConditionalMonotoneTanh(dim, cond_dim, num_units=num_units, width=width, depth=depth,
-                                    key=k) for k in keys[:num_blocks])
+            ConditionalMonotoneTanh(
+                dim, cond_dim, num_units=num_units, width=width, depth=depth, key=k
+            )
+            for k in keys[:num_blocks]
+        )
         self.couplings = tuple(
             ConditionalAffineCoupling(dim, cond_dim, width=width, depth=depth, key=k)
-            for k in keys[num_blocks:])
+            for k in keys[num_blocks:]
+        )
 
     def transform_and_log_det(
         self, x: Float[Array, " dim"], condition: Float[Array, " cond_dim"]

@@ -35,8 +35,9 @@ def flow_matching_loss(
     """
     x0, x1 = batch
     if x0.ndim != 2 or x0.shape != x1.shape:
-        raise ValueError(f"`batch` must be (x0, x1) of equal shape (B, dim), got {x0.shape} and "
-                         f"{x1.shape}.")
+        raise ValueError(
+            f"`batch` must be (x0, x1) of equal shape (B, dim), got {x0.shape} and {x1.shape}."
+        )
     if not 0.0 <= time_margin < 0.5:
         raise ValueError(f"`time_margin` must lie in [0, 0.5), got {time_margin}.")
     time_key, noise_key = jr.split(key)

@@ -121,29 +121,36 @@ class GaussianStraightProcess(eqx.Module):
         eye = jnp.eye(self.dim, dtype=self.m0.dtype)
         return eye + t * (self.transport_matrix - eye)
 
-    def marginal(self, t: Float[Array, ""] | float) -> tuple[Float[Array, " dim"], Float[Array, "dim dim"]]:
+    def marginal(
+        self, t: Float[Array, ""] | float
+    ) -> tuple[Float[Array, " dim"], Float[Array, "dim dim"]]:
         r"""Mean and covariance of $X_t$: $m_t$ and $\Sigma_t = L_t S_0 L_t^\top$, $L_t = I + t(A-I)$."""
         t = jnp.asarray(t, dtype=self.m0.dtype)
         lift = self._lift(t)
         return (1 - t) * self.m0 + t * self.m1, lift @ self.cov0 @ lift.T
 
-    def velocity(self, t: Float[Array, ""] | float, x: Float[Array, " dim"], args: object = None
-                 ) -> Float[Array, " dim"]:
+    def velocity(
+        self, t: Float[Array, ""] | float, x: Float[Array, " dim"], args: object = None
+    ) -> Float[Array, " dim"]:
         """The exact velocity field (a diffrax vector field ``(t, x, args)``) on one sample."""
         if x.shape != (self.dim,):
             raise ValueError(f"`x` must have shape ({self.dim},), got {x.shape}.")
         t = jnp.asarray(t, dtype=x.dtype)
         m_t = (1 - t) * self.m0 + t * self.m1
         eye = jnp.eye(self.dim, dtype=x.dtype)
-        return self.m1 - self.m0 + (self.transport_matrix - eye) @ jnp.linalg.solve(
-            self._lift(t), x - m_t
+        return (
+            self.m1
+            - self.m0
+            + (self.transport_matrix - eye) @ jnp.linalg.solve(self._lift(t), x - m_t)
         )
 
     def transport_map(self, x: Float[Array, " dim"]) -> Float[Array, " dim"]:
         """T(x) = m1 + A (x - m0), which pushes N(m0, cov0) to N(m1, cov1)."""
         return self.m1 + self.transport_matrix @ (x - self.m0)
 
-    def flow_map(self, t: Float[Array, ""] | float, x: Float[Array, " dim"]) -> Float[Array, " dim"]:
+    def flow_map(
+        self, t: Float[Array, ""] | float, x: Float[Array, " dim"]
+    ) -> Float[Array, " dim"]:
         """Y_t(x) = x + t (T(x) - x): the flow of `velocity` from time 0, in closed form."""
         return x + t * (self.transport_map(x) - x)
 
@@ -153,8 +160,9 @@ class GaussianStraightProcess(eqx.Module):
 
         return NoiseAugmentedInterpolant(self.noise_cov)
 
-    def sample(self, key: PRNGKeyArray, t: Float[Array, ""] | float
-               ) -> tuple[Float[Array, " dim"], Float[Array, " dim"]]:
+    def sample(
+        self, key: PRNGKeyArray, t: Float[Array, ""] | float
+    ) -> tuple[Float[Array, " dim"], Float[Array, " dim"]]:
         """One draw of ``(X_t, Xdot_t)`` at a time ``t`` in (0, 1) (Xdot is singular at the ends)."""
         key0, key1, key_pair = jr.split(key, 3)
         x0 = self.m0 + jnp.linalg.cholesky(self.cov0) @ jr.normal(key0, (self.dim,), self.m0.dtype)
@@ -172,4 +180,8 @@ class GaussianStraightProcess(eqx.Module):
         x1 = self.m1 + psd_sqrt(self.cov1) @ jr.normal(key1, (self.dim,), dtype)
         noise = psd_sqrt(self.noise_cov) @ jr.normal(keyz, (self.dim,), dtype)
         gamma = jnp.sqrt(jnp.clip(2 * ts * (1 - ts), 0.0))
-        return (1 - ts)[:, None] * x0[None, :] + ts[:, None] * x1[None, :] + gamma[:, None] * noise[None, :]
+        return (
+            (1 - ts)[:, None] * x0[None, :]
+            + ts[:, None] * x1[None, :]
+            + gamma[:, None] * noise[None, :]
+        )

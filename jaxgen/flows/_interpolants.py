@@ -30,7 +30,10 @@ class AbstractInterpolant(eqx.Module):
 
     @abc.abstractmethod
     def sample(
-        self, key: PRNGKeyArray, x0: Float[Array, " dim"], x1: Float[Array, " dim"],
+        self,
+        key: PRNGKeyArray,
+        x0: Float[Array, " dim"],
+        x1: Float[Array, " dim"],
         t: Float[Array, ""],
     ) -> tuple[Float[Array, " dim"], Float[Array, " dim"]]:
         """Return ``(x_t, target)`` for one pair; ``target`` is the pathwise velocity."""
@@ -45,7 +48,11 @@ class AbstractInterpolant(eqx.Module):
         """The exact velocity of this interpolant for N(m0, cov0) -> N(m1, cov1)."""
         m1 = jnp.asarray(m1)
         return MixtureInterpolantVelocity(
-            m0, cov0, jnp.ones((1,), m1.dtype), m1[None, :], jnp.asarray(cov1)[None, :, :],
+            m0,
+            cov0,
+            jnp.ones((1,), m1.dtype),
+            m1[None, :],
+            jnp.asarray(cov1)[None, :, :],
             noise_cov=self.noise_matrix(m1.shape[0], m1.dtype),
         )
 
@@ -87,8 +94,10 @@ class NoiseAugmentedInterpolant(AbstractInterpolant):
 
     def sample(self, key, x0, x1, t):
         if x0.shape != (self.noise_cov.shape[0],) or x1.shape != x0.shape:
-            raise ValueError(f"`x0`, `x1` must have shape ({self.noise_cov.shape[0]},), got "
-                             f"{x0.shape} and {x1.shape}.")
+            raise ValueError(
+                f"`x0`, `x1` must have shape ({self.noise_cov.shape[0]},), got "
+                f"{x0.shape} and {x1.shape}."
+            )
         noise = self.noise_root @ jr.normal(key, x0.shape, x0.dtype)
         gamma = jnp.sqrt(2 * t * (1 - t))
         x_t = (1 - t) * x0 + t * x1 + gamma * noise
@@ -96,8 +105,10 @@ class NoiseAugmentedInterpolant(AbstractInterpolant):
 
     def noise_matrix(self, dim, dtype):
         if dim != self.noise_cov.shape[0]:
-            raise ValueError(f"this interpolant is {self.noise_cov.shape[0]}-dimensional; the "
-                             f"endpoints are {dim}-dimensional.")
+            raise ValueError(
+                f"this interpolant is {self.noise_cov.shape[0]}-dimensional; the "
+                f"endpoints are {dim}-dimensional."
+            )
         return self.noise_cov.astype(dtype)
 
 
@@ -122,31 +133,47 @@ class MixtureInterpolantVelocity(AbstractVelocityField):
     noise_cov: Float[Array, "dim dim"]
     dim: int = eqx.field(static=True)
 
-    def __init__(self, m0: ArrayLike, cov0: ArrayLike, weights: ArrayLike, means: ArrayLike,
-                 covs: ArrayLike, *, noise_cov: ArrayLike | None = None):
+    def __init__(
+        self,
+        m0: ArrayLike,
+        cov0: ArrayLike,
+        weights: ArrayLike,
+        means: ArrayLike,
+        covs: ArrayLike,
+        *,
+        noise_cov: ArrayLike | None = None,
+    ):
         """Args: source mean/cov ``(dim,)``/``(dim, dim)``; mixture ``weights (K,)`` (>= 0, sum 1),
-        ``means (K, dim)``, ``covs (K, dim, dim)``; ``noise_cov`` P (default 0: linear)."""
+        ``means (K, dim)``, ``covs (K, dim, dim)``; ``noise_cov`` P (default 0: linear).
+        """
         m0, means, covs = jnp.asarray(m0), jnp.asarray(means), jnp.asarray(covs)
         weights = jnp.asarray(weights, dtype=means.dtype)
         if m0.ndim != 1:
             raise ValueError(f"`m0` must have shape (dim,), got {m0.shape}.")
         dim = m0.shape[0]
         if weights.ndim != 1 or means.shape != (weights.shape[0], dim):
-            raise ValueError(f"`weights` (K,) and `means` (K, {dim}) expected, got {weights.shape} "
-                             f"and {means.shape}.")
+            raise ValueError(
+                f"`weights` (K,) and `means` (K, {dim}) expected, got {weights.shape} "
+                f"and {means.shape}."
+            )
         if covs.shape != (weights.shape[0], dim, dim):
-            raise ValueError(f"`covs` must have shape ({weights.shape[0]}, {dim}, {dim}), got "
-                             f"{covs.shape}.")
+            raise ValueError(
+                f"`covs` must have shape ({weights.shape[0]}, {dim}, {dim}), got {covs.shape}."
+            )
         weights = eqx.error_if(
-            weights, jnp.any(weights < 0) | (jnp.abs(jnp.sum(weights) - 1) > 1e-6),
+            weights,
+            jnp.any(weights < 0) | (jnp.abs(jnp.sum(weights) - 1) > 1e-6),
             "`weights` must be non-negative and sum to 1.",
         )
         self.dim = dim
         self.m0, self.means, self.covs = m0, means, covs
         self.cov0 = check_covariance("cov0", cov0, dim)
         self.log_weights = jnp.log(weights)
-        self.noise_cov = (jnp.zeros((dim, dim), m0.dtype) if noise_cov is None
-                          else check_covariance("noise_cov", noise_cov, dim))
+        self.noise_cov = (
+            jnp.zeros((dim, dim), m0.dtype)
+            if noise_cov is None
+            else check_covariance("noise_cov", noise_cov, dim)
+        )
 
     def __call__(self, t, x, args=None):
         if x.shape != (self.dim,):

@@ -19,8 +19,12 @@ from ._straightness import euler_pushforward
 
 
 def mixture_quantiles_1d(
-    levels: Float[Array, " n"], weights: Float[Array, " K"], means: Float[Array, " K"],
-    scales: Float[Array, " K"], *, num_bisections: int = 100,
+    levels: Float[Array, " n"],
+    weights: Float[Array, " K"],
+    means: Float[Array, " K"],
+    scales: Float[Array, " K"],
+    *,
+    num_bisections: int = 100,
 ) -> Float[Array, " n"]:
     """Quantiles of a 1-D Gaussian mixture at ``levels`` in (0, 1), by vectorised bisection.
 
@@ -31,7 +35,9 @@ def mixture_quantiles_1d(
     upper = jnp.full_like(levels, jnp.max(means + 12 * scales))
 
     def cdf(x: Array) -> Array:
-        return jnp.sum(weights[None, :] * ndtr((x[:, None] - means[None, :]) / scales[None, :]), axis=-1)
+        return jnp.sum(
+            weights[None, :] * ndtr((x[:, None] - means[None, :]) / scales[None, :]), axis=-1
+        )
 
     def halve(_: Any, bracket: tuple[Array, Array]) -> tuple[Array, Array]:
         lo, hi = bracket
@@ -71,8 +77,9 @@ def one_step_obstruction_w1(
     if component_scale <= 0:
         raise ValueError(f"`component_scale` must be > 0, got {component_scale}.")
     mu = jnp.asarray(separation, dtype=jnp.result_type(float))
-    return _obstruction_w1(mu, jnp.asarray(component_scale, mu.dtype), process, num_steps,
-                           num_quantiles)
+    return _obstruction_w1(
+        mu, jnp.asarray(component_scale, mu.dtype), process, num_steps, num_quantiles
+    )
 
 
 @eqx.filter_jit
@@ -81,11 +88,16 @@ def _obstruction_w1(
 ) -> Array:
     noise = jnp.reshape(scale if process == "straight" else jnp.zeros_like(scale), (1, 1))
     field = MixtureInterpolantVelocity(
-        jnp.zeros((1,), mu.dtype), jnp.ones((1, 1), mu.dtype), jnp.full((2,), 0.5, mu.dtype),
-        jnp.stack([-mu, mu])[:, None], jnp.full((2, 1, 1), scale**2), noise_cov=noise,
+        jnp.zeros((1,), mu.dtype),
+        jnp.ones((1, 1), mu.dtype),
+        jnp.full((2,), 0.5, mu.dtype),
+        jnp.stack([-mu, mu])[:, None],
+        jnp.full((2, 1, 1), scale**2),
+        noise_cov=noise,
     )
     levels = (jnp.arange(num_quantiles, dtype=mu.dtype) + 0.5) / num_quantiles
     pushed = jax.vmap(lambda x: euler_pushforward(field, x, num_steps))(ndtri(levels)[:, None])
-    target = mixture_quantiles_1d(levels, jnp.full((2,), 0.5, mu.dtype), jnp.stack([-mu, mu]),
-                                  jnp.full((2,), scale))
+    target = mixture_quantiles_1d(
+        levels, jnp.full((2,), 0.5, mu.dtype), jnp.stack([-mu, mu]), jnp.full((2,), scale)
+    )
     return jnp.mean(jnp.abs(jnp.sort(pushed[:, 0]) - target))

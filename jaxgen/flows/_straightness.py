@@ -32,7 +32,9 @@ def material_acceleration(
     """
     x = jnp.asarray(x)
     if x.ndim != 1:
-        raise ValueError(f"`x` must be one sample of shape (dim,), got {x.shape}; vmap for batches.")
+        raise ValueError(
+            f"`x` must be one sample of shape (dim,), got {x.shape}; vmap for batches."
+        )
     t = jnp.asarray(t, dtype=x.dtype)
 
     def field(time: Array, position: Array) -> Array:
@@ -44,8 +46,13 @@ def material_acceleration(
 
 
 def euler_pushforward(
-    vector_field: VelocityFn, x0: Float[Array, " dim"], num_steps: int, *, t0: float = 0.0,
-    t1: float = 1.0, args: Any = None,
+    vector_field: VelocityFn,
+    x0: Float[Array, " dim"],
+    num_steps: int,
+    *,
+    t0: float = 0.0,
+    t1: float = 1.0,
+    args: Any = None,
 ) -> Float[Array, " dim"]:
     """Push one sample through ``num_steps`` equal explicit-Euler steps from ``t0`` to ``t1``.
 

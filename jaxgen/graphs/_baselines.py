@@ -65,10 +65,16 @@ def tv_denoise(
         return gx, gy
 
     def div(px: Array, py: Array) -> Array:
-        dx = jnp.concatenate([px[:1], px[1:-1] - px[:-2], -px[-2:-1]], axis=0) \
-            if px.shape[0] > 1 else jnp.zeros_like(px)
-        dy = jnp.concatenate([py[:, :1], py[:, 1:-1] - py[:, :-2], -py[:, -2:-1]], axis=1) \
-            if py.shape[1] > 1 else jnp.zeros_like(py)
+        dx = (
+            jnp.concatenate([px[:1], px[1:-1] - px[:-2], -px[-2:-1]], axis=0)
+            if px.shape[0] > 1
+            else jnp.zeros_like(px)
+        )
+        dy = (
+            jnp.concatenate([py[:, :1], py[:, 1:-1] - py[:, :-2], -py[:, -2:-1]], axis=1)
+            if py.shape[1] > 1
+            else jnp.zeros_like(py)
+        )
         return dx + dy
 
     def body(_: Array, p: tuple[Array, Array]) -> tuple[Array, Array]:
@@ -146,16 +152,21 @@ def network_histogram(
     ii = jr.randint(key_i, (num,), 0, n)
     jj = jr.randint(key_j, (num,), 0, n)
 
-    def body(t: Array, carry: tuple[Array, Array, Array, Array]) -> tuple[Array, Array, Array,
-                                                                          Array]:
+    def body(
+        t: Array, carry: tuple[Array, Array, Array, Array]
+    ) -> tuple[Array, Array, Array, Array]:
         z, AZ, E, ll = carry
         i, j = ii[t], jj[t]
         a, b = z[i], z[j]
         delta = jax.nn.one_hot(b, K, dtype=A.dtype) - jax.nn.one_hot(a, K, dtype=A.dtype)
         v = AZ[i] - AZ[j]
         c = A[i, i] + A[j, j] - 2.0 * A[i, j]
-        E_new = E + delta[:, None] * v[None, :] + v[:, None] * delta[None, :] \
+        E_new = (
+            E
+            + delta[:, None] * v[None, :]
+            + v[:, None] * delta[None, :]
             + c * delta[:, None] * delta[None, :]
+        )
         ll_new = _block_loglik(E_new, N)
         accept = (a != b) & (ll_new > ll)
         z = jnp.where(accept, z.at[i].set(b).at[j].set(a), z)

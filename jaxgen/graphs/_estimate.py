@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
-from jaxgen.core import iterate, RESULTS
+from jaxgen.core import RESULTS, iterate
 from jaxgen.core.types import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
 from jaxgen.transport import round_argmax, round_greedy, srgw_barycenter, srgw_objective, w_step
 
@@ -128,8 +128,11 @@ def kmeans(
     def seed(k: Array, carry: tuple[Array, Array]) -> tuple[Array, Array]:
         C, d2 = carry
         cum = jnp.cumsum(d2)
-        cand = jnp.where(cum[-1] > 0, jnp.searchsorted(cum, us[k] * cum[-1], side="right"),
-                         jnp.floor(us[k] * n).astype(jnp.int32))
+        cand = jnp.where(
+            cum[-1] > 0,
+            jnp.searchsorted(cum, us[k] * cum[-1], side="right"),
+            jnp.floor(us[k] * n).astype(jnp.int32),
+        )
         cand = jnp.clip(cand, 0, n - 1)
         d2_cand = jnp.minimum(d2[:, None], jnp.clip(_sqdist(X, X[cand]), 0.0))  # (n, trials)
         best = jnp.argmin(jnp.sum(d2_cand, axis=0))
@@ -148,8 +151,13 @@ def kmeans(
         return C, new, jnp.any(new != labels)
 
     labels0 = jnp.argmin(_sqdist(X, C), axis=1)
-    out = iterate(step, (C, labels0, jnp.array(True)), converged_fn=lambda s: ~s[2],
-                  max_steps=max_steps, throw=False)
+    out = iterate(
+        step,
+        (C, labels0, jnp.array(True)),
+        converged_fn=lambda s: ~s[2],
+        max_steps=max_steps,
+        throw=False,
+    )
     return out.state[1]
 
 
@@ -248,20 +256,31 @@ class GraphonEstimate(eqx.Module):
         return self.block_matrix[self.labels][:, self.labels]
 
 
-def _fit_one(A: Array, K: int, key: PRNGKeyArray, init: str, max_steps: int,
-             max_inner_steps: int, tol: float) -> tuple[Array, Array, Array, Array, RESULTS]:
+def _fit_one(
+    A: Array, K: int, key: PRNGKeyArray, init: str, max_steps: int, max_inner_steps: int, tol: float
+) -> tuple[Array, Array, Array, Array, RESULTS]:
     T0, W0 = init_coupling(A, K, init, key=key)  # type: ignore[arg-type]
-    out = srgw_barycenter(A, T0, W0, max_steps=max_steps, max_inner_steps=max_inner_steps,
-                          tol=tol, throw=False)
+    out = srgw_barycenter(
+        A, T0, W0, max_steps=max_steps, max_inner_steps=max_inner_steps, tol=tol, throw=False
+    )
     return out.coupling, out.structure, out.objective, out.num_steps, out.result
 
 
 @eqx.filter_jit
-def _estimate(A: Array, K: int, keys: Array, init: str, max_steps: int, max_inner_steps: int,
-              tol: float, rounding: str) -> GraphonEstimate:
+def _estimate(
+    A: Array,
+    K: int,
+    keys: Array,
+    init: str,
+    max_steps: int,
+    max_inner_steps: int,
+    tol: float,
+    rounding: str,
+) -> GraphonEstimate:
     n = A.shape[0]
     Ts, Ws, Fs, steps, results = jax.vmap(
-        lambda k: _fit_one(A, K, k, init, max_steps, max_inner_steps, tol))(keys)
+        lambda k: _fit_one(A, K, k, init, max_steps, max_inner_steps, tol)
+    )(keys)
     best = jnp.argmin(jnp.where(jnp.isfinite(Fs), Fs, jnp.inf))
     T, W, F = Ts[best], Ws[best], Fs[best]
     result = jax.tree_util.tree_map(lambda x: x[best], results)
@@ -274,10 +293,19 @@ def _estimate(A: Array, K: int, keys: Array, init: str, max_steps: int, max_inne
     sizes = jnp.sum(jax.nn.one_hot(z, K, dtype=jnp.int32), axis=0)
     frac_det = jnp.mean(jnp.max(T, axis=1) >= (1.0 - 1e-6) * h)
     return GraphonEstimate(
-        labels=z, block_matrix=W_det, block_sizes=sizes, coupling=T, relaxed_block_matrix=W,
-        objective=F, rounded_objective=F_round, rounding_gap=F_round - F,
-        frac_deterministic=frac_det.astype(A.dtype), start_objectives=Fs,
-        num_steps=steps[best], result=result)
+        labels=z,
+        block_matrix=W_det,
+        block_sizes=sizes,
+        coupling=T,
+        relaxed_block_matrix=W,
+        objective=F,
+        rounded_objective=F_round,
+        rounding_gap=F_round - F,
+        frac_deterministic=frac_det.astype(A.dtype),
+        start_objectives=Fs,
+        num_steps=steps[best],
+        result=result,
+    )
 
 
 def estimate_graphon(
@@ -361,7 +389,8 @@ def objective_of_labels(
     A: Float[Array, "n n"], labels: Int[Array, " n"], K: int
 ) -> tuple[Float[Array, ""], Float[Array, "K K"]]:
     """Least-squares SBM fit of fixed labels: $(F(Z/n, \\hat W), \\hat W)$ with $\\hat W$ the
-    block means ($0$ for empty blocks)."""
+    block means ($0$ for empty blocks).
+    """
     n = A.shape[0]
     Z = jax.nn.one_hot(labels, K, dtype=A.dtype) / n
     W = w_step(A, Z, jnp.zeros((K, K), dtype=A.dtype))

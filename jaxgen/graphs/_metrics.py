@@ -25,7 +25,8 @@ def node_mse(
     P_hat: Float[Array, "n n"], P: Float[Array, "n n"], *, include_diag: bool = False
 ) -> Float[Array, ""]:
     r"""Node-level MSE $\frac{1}{n(n-1)}\sum_{i\ne j}(\hat P_{ij} - P_{ij})^2$ (or over all
-    $n^2$ pairs with ``include_diag``). Nodes are shared, so no relabelling is needed."""
+    $n^2$ pairs with ``include_diag``). Nodes are shared, so no relabelling is needed.
+    """
     _square("P_hat", P_hat)
     if P.shape != P_hat.shape:
         raise ValueError(f"`P` must have the shape of `P_hat` {P_hat.shape}, got {P.shape}.")
@@ -52,8 +53,10 @@ def graphon_l2_sorted(
     """
     K = block_matrix.shape[0]
     if block_matrix.shape != (K, K) or block_proportions.shape != (K,):
-        raise ValueError(f"`block_matrix` (K, K) and `block_proportions` (K,) expected, got "
-                         f"{block_matrix.shape} and {block_proportions.shape}.")
+        raise ValueError(
+            f"`block_matrix` (K, K) and `block_proportions` (K,) expected, got "
+            f"{block_matrix.shape} and {block_proportions.shape}."
+        )
     dtype = block_matrix.dtype
     x = (jnp.arange(r, dtype=dtype) + 0.5) / r
     G = graphon_fn(x[:, None], x[None, :])
@@ -70,8 +73,9 @@ def graphon_l2_sorted(
     return jnp.sqrt(jnp.mean((est - G) ** 2))
 
 
-def adjusted_rand_index(labels_true: Int[Array, " n"], labels_pred: Int[Array, " n"]
-                        ) -> Float[Array, ""]:
+def adjusted_rand_index(
+    labels_true: Int[Array, " n"], labels_pred: Int[Array, " n"]
+) -> Float[Array, ""]:
     r"""Adjusted Rand index of two partitions of $n$ items (1 = identical up to relabelling).
 
     $\mathrm{ARI} = (\sum_{ij}\binom{n_{ij}}2 - E)/(\frac12(\sum_i\binom{a_i}2 + \sum_j\binom{b_j}2)
@@ -79,8 +83,10 @@ def adjusted_rand_index(labels_true: Int[Array, " n"], labels_pred: Int[Array, "
     $[0, n)$. Two trivial partitions (both one block, or both singletons) give 1.
     """
     if labels_true.shape != labels_pred.shape or labels_true.ndim != 1:
-        raise ValueError(f"`labels_true` and `labels_pred` must be (n,) of equal shape, got "
-                         f"{labels_true.shape} and {labels_pred.shape}.")
+        raise ValueError(
+            f"`labels_true` and `labels_pred` must be (n,) of equal shape, got "
+            f"{labels_true.shape} and {labels_pred.shape}."
+        )
     n = labels_true.shape[0]
     dtype = jnp.result_type(float)
     C = jax.nn.one_hot(labels_true, n, dtype=dtype).T @ jax.nn.one_hot(labels_pred, n, dtype=dtype)
@@ -99,11 +105,13 @@ def link_auc(
     scores: Float[Array, "n n"], A: Float[Array, "n n"], mask: Bool[Array, "n n"]
 ) -> Float[Array, ""]:
     r"""Area under the ROC curve of ``scores`` for predicting the edges of ``A`` on the pairs
-    ``mask`` (only $i < j$ is used). Ties count one half (Mann-Whitney)."""
+    ``mask`` (only $i < j$ is used). Ties count one half (Mann-Whitney).
+    """
     _square("scores", scores)
     if A.shape != scores.shape or mask.shape != scores.shape:
-        raise ValueError(f"`A` and `mask` must have shape {scores.shape}, got {A.shape} and "
-                         f"{mask.shape}.")
+        raise ValueError(
+            f"`A` and `mask` must have shape {scores.shape}, got {A.shape} and {mask.shape}."
+        )
     n = scores.shape[0]
     upper = mask & jnp.triu(jnp.ones((n, n), dtype=bool), k=1)
     s = scores.ravel()

@@ -98,8 +98,10 @@ GRAPHONS: dict[str, GraphonFn] = {
     "abs_diff": lambda u, v: jnp.abs(u - v),
     "one_minus_abs_diff": lambda u, v: 1.0 - jnp.abs(u - v),
     "sin_product": lambda u, v: 0.5 + 0.5 * jnp.sin(2 * jnp.pi * u) * jnp.sin(2 * jnp.pi * v),
-    "cos_sin": lambda u, v: 0.5
-    + 0.25 * jnp.cos(2 * jnp.pi * (u - v)) * (jnp.sin(4 * jnp.pi * u) + jnp.sin(4 * jnp.pi * v)),
+    "cos_sin": lambda u, v: (
+        0.5
+        + 0.25 * jnp.cos(2 * jnp.pi * (u - v)) * (jnp.sin(4 * jnp.pi * u) + jnp.sin(4 * jnp.pi * v))
+    ),
 }
 """Name -> vectorised graphon $W(u, v)$. In order: $uv$; $e^{-(u^{0.7}+v^{0.7})}$;
 $\\frac14(u^2+v^2+\\sqrt u+\\sqrt v)$; $\\frac12(u+v)$; $(1+e^{-2(u^2+v^2)})^{-1}$;
@@ -119,4 +121,3 @@ def graphon_grid(graphon_fn: GraphonFn, r: int, dtype: jnp.dtype | None = None) 
     """$W$ on the midpoints of an $r\\times r$ grid of $[0,1]^2$ (r, r)."""
     x = (jnp.arange(r, dtype=dtype) + 0.5) / r
     return graphon_fn(x[:, None], x[None, :])
-

@@ -18,10 +18,13 @@ def _check_samples(x: Array, y: Array, *, same_size: bool = False) -> None:
     if x.shape[1] != y.shape[1]:
         raise ValueError(f"`x` and `y` disagree on dim: {x.shape[1]} vs {y.shape[1]}.")
     if x.shape[0] < 2 or y.shape[0] < 2:
-        raise ValueError(f"need at least 2 samples on each side, got {x.shape[0]} and {y.shape[0]}.")
+        raise ValueError(
+            f"need at least 2 samples on each side, got {x.shape[0]} and {y.shape[0]}."
+        )
     if same_size and x.shape[0] != y.shape[0]:
-        raise ValueError(f"`x` and `y` must have the same number of samples, got {x.shape[0]} "
-                         f"and {y.shape[0]}.")
+        raise ValueError(
+            f"`x` and `y` must have the same number of samples, got {x.shape[0]} and {y.shape[0]}."
+        )
 
 
 def gaussian_w2(
@@ -41,11 +44,15 @@ def gaussian_w2(
         Dowson & Landau (1982); Givens & Shortt (1984).
     """
     if mean_a.ndim != 1 or cov_a.shape != (mean_a.shape[0],) * 2:
-        raise ValueError(f"`mean_a` (dim,) and `cov_a` (dim, dim) expected, got {mean_a.shape} "
-                         f"and {cov_a.shape}.")
+        raise ValueError(
+            f"`mean_a` (dim,) and `cov_a` (dim, dim) expected, got {mean_a.shape} "
+            f"and {cov_a.shape}."
+        )
     if mean_b.shape != mean_a.shape or cov_b.shape != cov_a.shape:
-        raise ValueError(f"second Gaussian has shapes {mean_b.shape}, {cov_b.shape}; expected "
-                         f"{mean_a.shape}, {cov_a.shape}.")
+        raise ValueError(
+            f"second Gaussian has shapes {mean_b.shape}, {cov_b.shape}; expected "
+            f"{mean_a.shape}, {cov_a.shape}."
+        )
     root_a = psd_sqrt(cov_a)
     cross = psd_sqrt(root_a @ cov_b @ root_a)
     sq = jnp.sum((mean_a - mean_b) ** 2) + jnp.trace(cov_a + cov_b - 2.0 * cross)
@@ -119,8 +126,11 @@ def energy_distance(x: Float[Array, "n dim"], y: Float[Array, "m dim"]) -> Float
         return jnp.where(sq > 0, jnp.sqrt(safe), 0.0)
 
     n, m = x.shape[0], y.shape[0]
-    return (2.0 * jnp.mean(dist(x, y)) - jnp.sum(dist(x, x)) / (n * (n - 1))
-            - jnp.sum(dist(y, y)) / (m * (m - 1)))
+    return (
+        2.0 * jnp.mean(dist(x, y))
+        - jnp.sum(dist(x, x)) / (n * (n - 1))
+        - jnp.sum(dist(y, y)) / (m * (m - 1))
+    )
 
 
 def sliced_w2(
@@ -157,5 +167,11 @@ def empirical_gaussian_w2(
     return gaussian_w2(jnp.mean(samples, 0), sample_cov, mean, cov)
 
 
-__all__ = ["energy_distance", "empirical_gaussian_w2", "gaussian_w2", "mmd_unbiased", "sliced_w2",
-           "w1_1d"]
+__all__ = [
+    "energy_distance",
+    "empirical_gaussian_w2",
+    "gaussian_w2",
+    "mmd_unbiased",
+    "sliced_w2",
+    "w1_1d",
+]

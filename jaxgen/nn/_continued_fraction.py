@@ -25,7 +25,7 @@ def _check_depth(a: Array, name: str) -> int:
 
 
 def _signum(v: Array) -> Array:
-    """sign with sign(0) := +1."""
+    """Sign with sign(0) := +1."""
     return jnp.where(v >= 0, jnp.ones_like(v), -jnp.ones_like(v))
 
 
@@ -61,7 +61,8 @@ def _cf_value_bwd(eps: float, res: tuple[Array, Array], g: Array) -> tuple[Array
     inv = 1.0 / kd
     ratios = k[..., d - 1 :: -1] * inv[..., None]  # K_{d-1}, ..., K_0 over K_d
     signs = jnp.broadcast_to(
-        jnp.asarray([(-1.0) ** j for j in range(1, d + 1)], dtype=k.dtype), ratios.shape)
+        jnp.asarray([(-1.0) ** j for j in range(1, d + 1)], dtype=k.dtype), ratios.shape
+    )
     return (g[..., None] * signs * ratios**2,)
 
 

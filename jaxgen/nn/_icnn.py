@@ -110,8 +110,15 @@ def _raw_from_effective(w: Array, mode: str) -> Array:
     return _inverse_softplus(w) if mode == "softplus" else w
 
 
-def _load_nonneg(name: str, value: ArrayLike, shape: tuple[int, ...], dtype: Any, mode: str,
-                 project: bool, cls: str) -> Array:
+def _load_nonneg(
+    name: str,
+    value: ArrayLike,
+    shape: tuple[int, ...],
+    dtype: Any,
+    mode: str,
+    project: bool,
+    cls: str,
+) -> Array:
     arr = jnp.asarray(value, dtype=dtype)
     if arr.shape != shape:
         raise ValueError(f"{cls}.from_weights: `{name}` must have shape {shape}, got {arr.shape}.")
@@ -134,7 +141,8 @@ def _load_nonneg(name: str, value: ArrayLike, shape: tuple[int, ...], dtype: Any
 
 def _new_module(cls: type, **fields: Any) -> Any:
     """Instantiate an equinox module from given fields without running ``__init__`` (so loading
-    weights needs no random init); every field of ``cls`` must be given."""
+    weights needs no random init); every field of ``cls`` must be given.
+    """
     missing = set(cls.__dataclass_fields__) - set(fields)
     if missing:  # pragma: no cover - internal invariant
         raise RuntimeError(f"_new_module: missing fields {sorted(missing)} for {cls.__name__}.")
@@ -175,7 +183,7 @@ def _standard_normals(key: PRNGKeyArray, count: int, dtype: Any) -> list[Array]:
 def _take(blocks: list[Array], offset: int, shape: tuple[int, ...]) -> tuple[Array, int]:
     size = math.prod(shape)
     flat = blocks[0] if len(blocks) == 1 else jnp.concatenate(blocks)
-    return jnp.reshape(flat[offset:offset + size], shape), offset + size
+    return jnp.reshape(flat[offset : offset + size], shape), offset + size
 
 
 def _nonneg_from_normal(z: Array, mode: str) -> Array:
@@ -198,8 +206,9 @@ def _num_params(shapes: list[tuple[int, ...]]) -> int:
 
 
 @ft.partial(jax.jit, static_argnums=(1, 2, 3))
-def _assemble_relu_net(blocks: list[Array], in_size: int, widths: tuple[int, ...],
-                       dtype: Any) -> Any:
+def _assemble_relu_net(
+    blocks: list[Array], in_size: int, widths: tuple[int, ...], dtype: Any
+) -> Any:
     off, mats = 0, []
     for shape in _matrix_shapes(in_size, widths):
         z, off = _take(blocks, off, shape)
@@ -209,8 +218,9 @@ def _assemble_relu_net(blocks: list[Array], in_size: int, widths: tuple[int, ...
 
 
 @ft.partial(jax.jit, static_argnums=(1, 2, 3, 4))
-def _assemble_relu_plus(blocks: list[Array], in_size: int, widths: tuple[int, ...], dtype: Any,
-                        mode: str) -> Any:
+def _assemble_relu_plus(
+    blocks: list[Array], in_size: int, widths: tuple[int, ...], dtype: Any, mode: str
+) -> Any:
     off, mats = 0, []
     for shape in _matrix_shapes(in_size, widths):
         z, off = _take(blocks, off, shape)
@@ -223,20 +233,24 @@ def _assemble_relu_plus(blocks: list[Array], in_size: int, widths: tuple[int, ..
 
 def _icnn_shapes(in_size: int, widths: tuple[int, ...]) -> list[tuple[int, ...]]:
     L = len(widths)
-    return ([(m, in_size) for m in widths] + [(widths[i + 1], widths[i]) for i in range(L - 1)]
-            + [(widths[-1],), (in_size,)])
+    return (
+        [(m, in_size) for m in widths]
+        + [(widths[i + 1], widths[i]) for i in range(L - 1)]
+        + [(widths[-1],), (in_size,)]
+    )
 
 
 @ft.partial(jax.jit, static_argnums=(1, 2, 3, 4))
-def _assemble_icnn(blocks: list[Array], in_size: int, widths: tuple[int, ...], dtype: Any,
-                   mode: str) -> Any:
+def _assemble_icnn(
+    blocks: list[Array], in_size: int, widths: tuple[int, ...], dtype: Any, mode: str
+) -> Any:
     L = len(widths)
     off, zs = 0, []
     for shape in _icnn_shapes(in_size, widths):
         z, off = _take(blocks, off, shape)
         zs.append(z)
     A = tuple(_free_from_normal(z) for z in zs[:L])
-    W = tuple(_nonneg_from_normal(z, mode) for z in zs[L:2 * L - 1])
+    W = tuple(_nonneg_from_normal(z, mode) for z in zs[L : 2 * L - 1])
     w = _nonneg_from_normal(zs[2 * L - 1], mode)
     a = zs[2 * L] / math.sqrt(in_size)
     b = tuple(jnp.zeros((m,), dtype) for m in widths)
@@ -248,15 +262,16 @@ def _init_relu_net(key: PRNGKeyArray, in_size: int, widths: tuple[int, ...], dty
     return _assemble_relu_net(_standard_normals(key, count, dtype), in_size, widths, dtype)
 
 
-def _init_relu_plus(key: PRNGKeyArray, in_size: int, widths: tuple[int, ...], dtype: Any,
-                    mode: str) -> Any:
+def _init_relu_plus(
+    key: PRNGKeyArray, in_size: int, widths: tuple[int, ...], dtype: Any, mode: str
+) -> Any:
     count = _num_params(_matrix_shapes(in_size, widths))
-    return _assemble_relu_plus(_standard_normals(key, count, dtype), in_size, widths, dtype,
-                               mode)
+    return _assemble_relu_plus(_standard_normals(key, count, dtype), in_size, widths, dtype, mode)
 
 
-def _init_icnn(key: PRNGKeyArray, in_size: int, widths: tuple[int, ...], dtype: Any,
-               mode: str) -> Any:
+def _init_icnn(
+    key: PRNGKeyArray, in_size: int, widths: tuple[int, ...], dtype: Any, mode: str
+) -> Any:
     count = _num_params(_icnn_shapes(in_size, widths))
     return _assemble_icnn(_standard_normals(key, count, dtype), in_size, widths, dtype, mode)
 
@@ -302,8 +317,9 @@ class ReLUNet(_ScalarReLUNetwork):
     in_size: int = eqx.field(static=True)
     widths: tuple[int, ...] = eqx.field(static=True)
 
-    def __init__(self, in_size: int, widths: Sequence[int], *, key: PRNGKeyArray,
-                 dtype: Any = None):
+    def __init__(
+        self, in_size: int, widths: Sequence[int], *, key: PRNGKeyArray, dtype: Any = None
+    ):
         """Random init (He normal weights, zero biases).
 
         Args:
@@ -328,8 +344,15 @@ class ReLUNet(_ScalarReLUNetwork):
         return jnp.dot(self.w_out, h) + self.c
 
     @classmethod
-    def from_weights(cls, weights: Sequence[ArrayLike], biases: Sequence[ArrayLike],
-                     w_out: ArrayLike, c: ArrayLike = 0.0, *, dtype: Any = None) -> "ReLUNet":
+    def from_weights(
+        cls,
+        weights: Sequence[ArrayLike],
+        biases: Sequence[ArrayLike],
+        w_out: ArrayLike,
+        c: ArrayLike = 0.0,
+        *,
+        dtype: Any = None,
+    ) -> "ReLUNet":
         """Build a `ReLUNet` from given weights (shapes inferred from ``weights``)."""
         if len(weights) == 0 or len(weights) != len(biases):
             raise ValueError(
@@ -342,14 +365,25 @@ class ReLUNet(_ScalarReLUNetwork):
             raise ValueError(f"ReLUNet.from_weights: every `weights[l]` must be 2-D, got {shapes}.")
         widths = tuple(s[0] for s in shapes)
         sizes = (shapes[0][1], *widths)
-        Ws = tuple(_load_free(f"weights[{i}]", W, (sizes[i + 1], sizes[i]), dtype, "ReLUNet")
-                   for i, W in enumerate(weights))
-        bs = tuple(_load_free(f"biases[{i}]", b, (widths[i],), dtype, "ReLUNet")
-                   for i, b in enumerate(biases))
+        Ws = tuple(
+            _load_free(f"weights[{i}]", W, (sizes[i + 1], sizes[i]), dtype, "ReLUNet")
+            for i, W in enumerate(weights)
+        )
+        bs = tuple(
+            _load_free(f"biases[{i}]", b, (widths[i],), dtype, "ReLUNet")
+            for i, b in enumerate(biases)
+        )
         w = _load_free("w_out", w_out, (widths[-1],), dtype, "ReLUNet")
         cc = _load_free("c", c, (), dtype, "ReLUNet")
-        return _new_module(cls, weights=Ws, biases=bs, w_out=w, c=cc, in_size=_check_int(
-            "in_size", sizes[0], 1), widths=_check_widths(widths))
+        return _new_module(
+            cls,
+            weights=Ws,
+            biases=bs,
+            w_out=w,
+            c=cc,
+            in_size=_check_int("in_size", sizes[0], 1),
+            widths=_check_widths(widths),
+        )
 
 
 class ReLUPlusNet(_ScalarReLUNetwork):
@@ -374,8 +408,15 @@ class ReLUPlusNet(_ScalarReLUNetwork):
     widths: tuple[int, ...] = eqx.field(static=True)
     mode: str = eqx.field(static=True)
 
-    def __init__(self, in_size: int, widths: Sequence[int], *, key: PRNGKeyArray,
-                 mode: str = "softplus", dtype: Any = None):
+    def __init__(
+        self,
+        in_size: int,
+        widths: Sequence[int],
+        *,
+        key: PRNGKeyArray,
+        mode: str = "softplus",
+        dtype: Any = None,
+    ):
         """Random init: effective weights ``exp(0.5 N(0,1)) / fan_in`` (Hoedt & Klambauer 2023
         spirit: mean-positive, scaled by fan-in so activations do not blow up with depth).
 
@@ -396,8 +437,10 @@ class ReLUPlusNet(_ScalarReLUNetwork):
 
     def effective_weights(self) -> tuple[tuple[Array, ...], Array]:
         """The non-negative weights actually used: ``(weights, w_out)``."""
-        return (tuple(_effective(r, self.mode) for r in self.weights_raw),
-                _effective(self.w_out_raw, self.mode))
+        return (
+            tuple(_effective(r, self.mode) for r in self.weights_raw),
+            _effective(self.w_out_raw, self.mode),
+        )
 
     def __call__(self, x: Float[Array, " dim"]) -> Float[Array, ""]:
         """Evaluate on one sample ``x`` of shape ``(in_size,)``; returns a scalar."""
@@ -409,9 +452,17 @@ class ReLUPlusNet(_ScalarReLUNetwork):
         return jnp.dot(w_out, h) + self.c
 
     @classmethod
-    def from_weights(cls, weights: Sequence[ArrayLike], biases: Sequence[ArrayLike],
-                     w_out: ArrayLike, c: ArrayLike = 0.0, *, mode: str = "project",
-                     project: bool = False, dtype: Any = None) -> "ReLUPlusNet":
+    def from_weights(
+        cls,
+        weights: Sequence[ArrayLike],
+        biases: Sequence[ArrayLike],
+        w_out: ArrayLike,
+        c: ArrayLike = 0.0,
+        *,
+        mode: str = "project",
+        project: bool = False,
+        dtype: Any = None,
+    ) -> "ReLUPlusNet":
         """Build a `ReLUPlusNet` from effective weights.
 
         Raises ``ValueError`` if a weight is negative (unless ``project=True``, which clips it
@@ -433,17 +484,27 @@ class ReLUPlusNet(_ScalarReLUNetwork):
         sizes = (shapes[0][1], *widths)
         cls_name = "ReLUPlusNet"
         Ws = tuple(
-            _load_nonneg(f"weights[{i}]", W, (sizes[i + 1], sizes[i]), dtype, mode, project,
-                         cls_name)
+            _load_nonneg(
+                f"weights[{i}]", W, (sizes[i + 1], sizes[i]), dtype, mode, project, cls_name
+            )
             for i, W in enumerate(weights)
         )
-        bs = tuple(_load_free(f"biases[{i}]", b, (widths[i],), dtype, cls_name)
-                   for i, b in enumerate(biases))
+        bs = tuple(
+            _load_free(f"biases[{i}]", b, (widths[i],), dtype, cls_name)
+            for i, b in enumerate(biases)
+        )
         w = _load_nonneg("w_out", w_out, (widths[-1],), dtype, mode, project, cls_name)
         cc = _load_free("c", c, (), dtype, cls_name)
-        return _new_module(cls, weights_raw=Ws, biases=bs, w_out_raw=w, c=cc,
-                           in_size=_check_int("in_size", sizes[0], 1),
-                           widths=_check_widths(widths), mode=mode)
+        return _new_module(
+            cls,
+            weights_raw=Ws,
+            biases=bs,
+            w_out_raw=w,
+            c=cc,
+            in_size=_check_int("in_size", sizes[0], 1),
+            widths=_check_widths(widths),
+            mode=mode,
+        )
 
 
 class ICNN(_ScalarReLUNetwork):
@@ -480,8 +541,15 @@ class ICNN(_ScalarReLUNetwork):
     widths: tuple[int, ...] = eqx.field(static=True)
     mode: str = eqx.field(static=True)
 
-    def __init__(self, in_size: int, widths: Sequence[int], *, key: PRNGKeyArray,
-                 mode: str = "softplus", dtype: Any = None):
+    def __init__(
+        self,
+        in_size: int,
+        widths: Sequence[int],
+        *,
+        key: PRNGKeyArray,
+        mode: str = "softplus",
+        dtype: Any = None,
+    ):
         """Random init: He-normal ``A``, effective ``W, w ~ exp(0.5 N(0,1)) / fan_in``.
 
         Args:
@@ -501,8 +569,10 @@ class ICNN(_ScalarReLUNetwork):
 
     def effective_weights(self) -> tuple[tuple[Array, ...], Array]:
         """The non-negative weights actually used: ``(W_2..W_L, w)``."""
-        return (tuple(_effective(r, self.mode) for r in self.W_raw),
-                _effective(self.w_raw, self.mode))
+        return (
+            tuple(_effective(r, self.mode) for r in self.W_raw),
+            _effective(self.w_raw, self.mode),
+        )
 
     def __call__(self, x: Float[Array, " dim"]) -> Float[Array, ""]:
         """Evaluate on one sample ``x`` of shape ``(in_size,)``; returns a scalar."""
@@ -514,10 +584,19 @@ class ICNN(_ScalarReLUNetwork):
         return jnp.dot(w, z) + jnp.dot(self.a, x) + self.c
 
     @classmethod
-    def from_weights(cls, A: Sequence[ArrayLike], b: Sequence[ArrayLike],
-                     W: Sequence[ArrayLike], w: ArrayLike, a: ArrayLike, c: ArrayLike = 0.0, *,
-                     mode: str = "project", project: bool = False,
-                     dtype: Any = None) -> "ICNN":
+    def from_weights(
+        cls,
+        A: Sequence[ArrayLike],
+        b: Sequence[ArrayLike],
+        W: Sequence[ArrayLike],
+        w: ArrayLike,
+        a: ArrayLike,
+        c: ArrayLike = 0.0,
+        *,
+        mode: str = "project",
+        project: bool = False,
+        dtype: Any = None,
+    ) -> "ICNN":
         """Build an `ICNN` from effective weights (shapes inferred from ``A``).
 
         Args:
@@ -549,10 +628,10 @@ class ICNN(_ScalarReLUNetwork):
             )
         widths = tuple(s[0] for s in shapes)
         n = shapes[0][1]
-        As = tuple(_load_free(f"A[{i}]", Ai, (widths[i], n), dtype, "ICNN")
-                   for i, Ai in enumerate(A))
-        bs = tuple(_load_free(f"b[{i}]", bi, (widths[i],), dtype, "ICNN")
-                   for i, bi in enumerate(b))
+        As = tuple(
+            _load_free(f"A[{i}]", Ai, (widths[i], n), dtype, "ICNN") for i, Ai in enumerate(A)
+        )
+        bs = tuple(_load_free(f"b[{i}]", bi, (widths[i],), dtype, "ICNN") for i, bi in enumerate(b))
         Ws = tuple(
             _load_nonneg(f"W[{i}]", Wi, (widths[i + 1], widths[i]), dtype, mode, project, "ICNN")
             for i, Wi in enumerate(W)
@@ -560,9 +639,18 @@ class ICNN(_ScalarReLUNetwork):
         ww = _load_nonneg("w", w, (widths[-1],), dtype, mode, project, "ICNN")
         aa = _load_free("a", a, (n,), dtype, "ICNN")
         cc = _load_free("c", c, (), dtype, "ICNN")
-        return _new_module(cls, A=As, b=bs, W_raw=Ws, w_raw=ww, a=aa, c=cc,
-                           in_size=_check_int("in_size", n, 1), widths=_check_widths(widths),
-                           mode=mode)
+        return _new_module(
+            cls,
+            A=As,
+            b=bs,
+            W_raw=Ws,
+            w_raw=ww,
+            a=aa,
+            c=cc,
+            in_size=_check_int("in_size", n, 1),
+            widths=_check_widths(widths),
+            mode=mode,
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -615,10 +703,13 @@ def nonneg_projection() -> optax.GradientTransformation:
         del params
         return NonNegProjectionState()
 
-    def update(updates: PyTree, state: NonNegProjectionState,
-               params: PyTree | None = None) -> tuple[PyTree, NonNegProjectionState]:
+    def update(
+        updates: PyTree, state: NonNegProjectionState, params: PyTree | None = None
+    ) -> tuple[PyTree, NonNegProjectionState]:
         if params is None:
-            raise ValueError("nonneg_projection needs `params` in `update(updates, state, params)`.")
+            raise ValueError(
+                "nonneg_projection needs `params` in `update(updates, state, params)`."
+            )
         new = eqx.apply_updates(params, updates)
         projected = project_nonneg(new)
         return jax.tree_util.tree_map(lambda q, p: q - p, projected, params), state
@@ -640,8 +731,12 @@ def check_constraints(model: PyTree) -> PyTree:
         bad = jnp.any(jnp.stack([jnp.any(v < 0) for v in leaves]))
         name = type(m).__name__
         checked = tuple(
-            eqx.error_if(v, bad, f"{name}: a constrained (hidden-to-hidden or output) weight is "
-                                 "negative; apply `project_nonneg` after the update.")
+            eqx.error_if(
+                v,
+                bad,
+                f"{name}: a constrained (hidden-to-hidden or output) weight is "
+                "negative; apply `project_nonneg` after the update.",
+            )
             for v in leaves
         )
         treedef = jax.tree_util.tree_structure(get(m))
@@ -681,9 +776,7 @@ def center_biases(model: Any, x: Float[Array, "batch dim"]) -> Any:
     if not isinstance(model, ReLUNet | ReLUPlusNet | ICNN):
         raise TypeError(f"`model` must be a ReLUNet, ReLUPlusNet or ICNN, got {type(model)}.")
     if x.ndim != 2 or x.shape[1] != model.in_size:
-        raise ValueError(
-            f"`x` must have shape (batch, {model.in_size}), got {x.shape}."
-        )
+        raise ValueError(f"`x` must have shape (batch, {model.in_size}), got {x.shape}.")
     return _center_biases(model, x)
 
 

@@ -25,8 +25,9 @@ def max_n(x: Float[Array, "*batch n"]) -> Float[Array, "*batch"]:
     return jnp.max(x, axis=-1)
 
 
-def icnn_max_affine_exact(G: Float[ArrayLike, "M n"], h: Float[ArrayLike, " M"], *,
-                          dtype: Any = None) -> ICNN:
+def icnn_max_affine_exact(
+    G: Float[ArrayLike, "M n"], h: Float[ArrayLike, " M"], *, dtype: Any = None
+) -> ICNN:
     r"""Width-1 ICNN with ``M - 1`` hidden layers computing $\max_j (g_j \cdot x + h_j)$ exactly.
 
     Chain of pairwise maxima: $z_1 = \sigma(\ell_1 - \ell_2)$,
@@ -99,7 +100,7 @@ def relu_max_tree(n: int, *, dtype: Any = None) -> ReLUNet:
         weights.append(pre @ readout)
         new = np.zeros((len(out_rows), len(rows)))
         for j, (base, coefs) in enumerate(out_rows):
-            new[j, base:base + len(coefs)] = coefs
+            new[j, base : base + len(coefs)] = coefs
         readout = new
     biases = [np.zeros(W.shape[0]) for W in weights]
     net = ReLUNet.from_weights(weights, biases, readout[0], 0.0, dtype=dtype)
@@ -138,8 +139,9 @@ def lattice_points(k: int, *, family: str = "triangular") -> np.ndarray:
     return SEPARATION_FAMILIES[family](k)
 
 
-def max_affine(G: Float[ArrayLike, "M n"], h: Float[ArrayLike, " M"]
-               ) -> Callable[[Float[Array, "*batch n"]], Float[Array, "*batch"]]:
+def max_affine(
+    G: Float[ArrayLike, "M n"], h: Float[ArrayLike, " M"]
+) -> Callable[[Float[Array, "*batch n"]], Float[Array, "*batch"]]:
     r"""The convex CPWL function $x \mapsto \max_j (g_j \cdot x + h_j)$ (any batch shape)."""
     G_np, h_np = np.asarray(G), np.asarray(h)
     if G_np.ndim != 2 or h_np.shape != (G_np.shape[0],):
@@ -156,8 +158,9 @@ def max_affine(G: Float[ArrayLike, "M n"], h: Float[ArrayLike, " M"]
     return f
 
 
-def separation_fk(x: Float[Array, "*batch 2"], k: int, *, family: str = "triangular"
-                  ) -> Float[Array, "*batch"]:
+def separation_fk(
+    x: Float[Array, "*batch 2"], k: int, *, family: str = "triangular"
+) -> Float[Array, "*batch"]:
     r"""The separation candidate $f_k(x) = \max_{p \in \Lambda_k} (\langle p, x\rangle -
     \tfrac12 \|p\|^2)$ (a choice of jaxgen; the paper's exact family was not recoverable).
 

@@ -12,8 +12,9 @@ import jax.random as jr
 from jaxtyping import Array, Float, PRNGKeyArray, Real
 
 
-def init_normal(key: PRNGKeyArray, shape: tuple[int, ...], std: float = 0.02,
-                dtype: jnp.dtype | None = None) -> Array:
+def init_normal(
+    key: PRNGKeyArray, shape: tuple[int, ...], std: float = 0.02, dtype: jnp.dtype | None = None
+) -> Array:
     """``N(0, std^2)`` weights in the default float dtype (or ``dtype``)."""
     return std * jr.normal(key, shape, dtype=dtype or jnp.zeros(()).dtype)
 
@@ -36,8 +37,9 @@ class RMSNorm(eqx.Module):
         return x * jax.lax.rsqrt(jnp.mean(x * x) + jnp.asarray(self.eps, x.dtype)) * w
 
 
-def apply_rotary(x: Float[Array, "L H hd"], positions: Real[Array, " L"],
-                 base: float = 10000.0) -> Float[Array, "L H hd"]:
+def apply_rotary(
+    x: Float[Array, "L H hd"], positions: Real[Array, " L"], base: float = 10000.0
+) -> Float[Array, "L H hd"]:
     """Rotary position embedding (RoFormer, arXiv 2104.09864) on pairs of channels.
 
     Channel pair ``(2i, 2i+1)`` at position ``m`` is rotated by ``m * base^(-2i/hd)``.
@@ -61,8 +63,15 @@ class MultiHeadAttention(eqx.Module):
     num_heads: int = eqx.field(static=True)
     rotary: bool = eqx.field(static=True)
 
-    def __init__(self, dim: int, num_heads: int, *, rotary: bool = True, key: PRNGKeyArray,
-                 out_std: float = 0.02):
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        *,
+        rotary: bool = True,
+        key: PRNGKeyArray,
+        out_std: float = 0.02,
+    ):
         if dim % num_heads:
             raise ValueError(f"`dim` ({dim}) must be divisible by `num_heads` ({num_heads}).")
         k1, k2 = jr.split(key)
@@ -76,8 +85,9 @@ class MultiHeadAttention(eqx.Module):
         seq, dim = x.shape
         hd = dim // self.num_heads
         qkv = x @ self.w_qkv.T.astype(x.dtype)
-        q, k, v = (qkv[:, i * dim:(i + 1) * dim].reshape(seq, self.num_heads, hd)
-                   for i in range(3))
+        q, k, v = (
+            qkv[:, i * dim : (i + 1) * dim].reshape(seq, self.num_heads, hd) for i in range(3)
+        )
         if self.rotary:
             pos = jnp.arange(seq)
             q, k = apply_rotary(q, pos), apply_rotary(k, pos)
@@ -90,8 +100,9 @@ class MultiHeadAttention(eqx.Module):
         return out @ self.w_out.T.astype(x.dtype)
 
 
-def sinusoidal_embedding(t: Float[Array, ""], dim: int, max_period: float = 10000.0
-                         ) -> Float[Array, " dim"]:
+def sinusoidal_embedding(
+    t: Float[Array, ""], dim: int, max_period: float = 10000.0
+) -> Float[Array, " dim"]:
     """``[cos(t w_i), sin(t w_i)]`` with ``w_i = max_period^(-i/(dim/2))`` (Vaswani et al. 2017).
 
     ``t`` is used as given (scale diffusion times in [0, 1] by e.g. 1000 for more resolution).

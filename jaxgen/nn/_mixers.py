@@ -34,8 +34,10 @@ DIVISIONS = ("log_positive", "signed_logexp", "direct")
 
 def _check_token(x: Array, dim: int) -> None:
     if x.shape != (dim,):
-        raise ValueError(f"a channel mixer acts on one token of shape ({dim},), got {x.shape}; "
-                         "vmap over positions.")
+        raise ValueError(
+            f"a channel mixer acts on one token of shape ({dim},), got {x.shape}; "
+            "vmap over positions."
+        )
 
 
 def _matvec(w: Array, x: Array) -> Array:
@@ -54,8 +56,9 @@ class AbstractChannelMixer(eqx.Module):
         """Mix the channels of one token."""
 
     @abc.abstractmethod
-    def apply_sequence(self, h: Float[Array, "L dim"]
-                       ) -> tuple[Float[Array, "L dim"], Float[Array, ""]]:
+    def apply_sequence(
+        self, h: Float[Array, "L dim"]
+    ) -> tuple[Float[Array, "L dim"], Float[Array, ""]]:
         """Apply to every position; returns (outputs, auxiliary loss)."""
 
 
@@ -99,8 +102,9 @@ class SwiGLUMixer(AbstractChannelMixer):
     w_out: Float[Array, "dim hidden"]
     dim: int = eqx.field(static=True)
 
-    def __init__(self, dim: int, hidden: int | None = None, *, key: PRNGKeyArray,
-                 out_std: float = 0.02):
+    def __init__(
+        self, dim: int, hidden: int | None = None, *, key: PRNGKeyArray, out_std: float = 0.02
+    ):
         hidden = swiglu_hidden(dim) if hidden is None else hidden
         k1, k2, k3 = jr.split(key, 3)
         self.w_gate = init_normal(k1, (hidden, dim))
@@ -119,8 +123,9 @@ class SwiGLUMixer(AbstractChannelMixer):
         return _per_token(self, h)
 
 
-def _ladders(coeffs: Array, w: Array, b: Array | None, u: Array, division: str, eps: float
-             ) -> Array:
+def _ladders(
+    coeffs: Array, w: Array, b: Array | None, u: Array, division: str, eps: float
+) -> Array:
     """``f(w_1*u + b_1, ..., w_d*u + b_d)`` for every ladder and channel: ``[L, dim]``."""
     pre = w.astype(u.dtype) * u[None, None, :]  # (ladders, depth, dim)
     if b is not None:
@@ -159,13 +164,23 @@ class CffnMixer(AbstractChannelMixer):
     eps: float = eqx.field(static=True)
     division: str = eqx.field(static=True)
 
-    def __init__(self, dim: int, num_ladders: int = 3, depth: int = 5, *, key: PRNGKeyArray,
-                 eps: float = 0.01, ladder_bias: bool = True, division: str = "direct",
-                 out_std: float = 0.02):
+    def __init__(
+        self,
+        dim: int,
+        num_ladders: int = 3,
+        depth: int = 5,
+        *,
+        key: PRNGKeyArray,
+        eps: float = 0.01,
+        ladder_bias: bool = True,
+        division: str = "direct",
+        out_std: float = 0.02,
+    ):
         _check_division(division)
         if depth < 1 or num_ladders < 0:
-            raise ValueError(f"need `depth` >= 1 and `num_ladders` >= 0, got {depth}, "
-                             f"{num_ladders}.")
+            raise ValueError(
+                f"need `depth` >= 1 and `num_ladders` >= 0, got {depth}, {num_ladders}."
+            )
         ku, kg, kw, kv = jr.split(key, 4)
         self.u = init_normal(ku, (dim, dim), out_std)
         self.g = init_normal(kg, (dim, dim))
@@ -212,13 +227,23 @@ class GatedCFMixer(AbstractChannelMixer):
     eps: float = eqx.field(static=True)
     division: str = eqx.field(static=True)
 
-    def __init__(self, dim: int, num_ladders: int = 3, depth: int = 5, *, key: PRNGKeyArray,
-                 division: str = "log_positive", eps: float = 0.01, c_std: float = 0.0,
-                 out_std: float = 0.02):
+    def __init__(
+        self,
+        dim: int,
+        num_ladders: int = 3,
+        depth: int = 5,
+        *,
+        key: PRNGKeyArray,
+        division: str = "log_positive",
+        eps: float = 0.01,
+        c_std: float = 0.0,
+        out_std: float = 0.02,
+    ):
         _check_division(division)
         if depth < 1 or num_ladders < 0:
-            raise ValueError(f"need `depth` >= 1 and `num_ladders` >= 0, got {depth}, "
-                             f"{num_ladders}.")
+            raise ValueError(
+                f"need `depth` >= 1 and `num_ladders` >= 0, got {depth}, {num_ladders}."
+            )
         kv, kg, ko, kw, kc = jr.split(key, 5)
         self.w_value = init_normal(kv, (dim, dim))
         self.w_gate = init_normal(kg, (dim, dim))
@@ -226,8 +251,11 @@ class GatedCFMixer(AbstractChannelMixer):
         self.w = init_normal(kw, (num_ladders, depth, dim))
         bias0 = 0.0 if division == "log_positive" else 1.0
         self.b = jnp.full((num_ladders, depth, dim), bias0, self.w.dtype)
-        self.c = init_normal(kc, (num_ladders, dim), c_std) if c_std > 0 else jnp.zeros(
-            (num_ladders, dim), self.w.dtype)
+        self.c = (
+            init_normal(kc, (num_ladders, dim), c_std)
+            if c_std > 0
+            else jnp.zeros((num_ladders, dim), self.w.dtype)
+        )
         self.dim, self.depth, self.eps, self.division = dim, depth, eps, division
 
     def __call__(self, x):
@@ -258,18 +286,29 @@ class MoEMixer(AbstractChannelMixer):
     num_experts: int = eqx.field(static=True)
     top_k: int = eqx.field(static=True)
 
-    def __init__(self, dim: int, num_experts: int = 4, top_k: int = 2, *, key: PRNGKeyArray,
-                 expert: str = "swiglu", expert_kwargs: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        dim: int,
+        num_experts: int = 4,
+        top_k: int = 2,
+        *,
+        key: PRNGKeyArray,
+        expert: str = "swiglu",
+        expert_kwargs: dict[str, Any] | None = None,
+    ):
         if expert not in ("mlp", "swiglu", "cofrgenet", "gated_cofrgenet"):
-            raise ValueError(f"unknown `expert` {expert!r}; expected one of "
-                             "['mlp', 'swiglu', 'cofrgenet', 'gated_cofrgenet'].")
+            raise ValueError(
+                f"unknown `expert` {expert!r}; expected one of "
+                "['mlp', 'swiglu', 'cofrgenet', 'gated_cofrgenet']."
+            )
         if not 1 <= top_k <= num_experts:
             raise ValueError(f"need 1 <= top_k <= num_experts, got {top_k}, {num_experts}.")
         kr, ke = jr.split(key)
         kwargs = dict(expert_kwargs or {})
         self.router = init_normal(kr, (num_experts, dim))
         self.experts = eqx.filter_vmap(lambda k: make_mixer(expert, dim, key=k, **kwargs))(
-            jr.split(ke, num_experts))
+            jr.split(ke, num_experts)
+        )
         self.dim, self.num_experts, self.top_k = dim, num_experts, top_k
 
     def _route(self, x: Array) -> tuple[Array, Array]:
@@ -297,8 +336,13 @@ class MoEMixer(AbstractChannelMixer):
 
 def make_mixer(name: str, dim: int, *, key: PRNGKeyArray, **kwargs: Any) -> AbstractChannelMixer:
     """Build a channel mixer by name (one of ``MIXERS``); ``kwargs`` go to its constructor."""
-    classes = {"mlp": MLPMixer, "swiglu": SwiGLUMixer, "moe": MoEMixer, "cofrgenet": CffnMixer,
-               "gated_cofrgenet": GatedCFMixer}
+    classes = {
+        "mlp": MLPMixer,
+        "swiglu": SwiGLUMixer,
+        "moe": MoEMixer,
+        "cofrgenet": CffnMixer,
+        "gated_cofrgenet": GatedCFMixer,
+    }
     if name not in classes:
         raise ValueError(f"unknown mixer {name!r}; expected one of {list(MIXERS)}.")
     return classes[name](dim, key=key, **kwargs)
@@ -358,8 +402,9 @@ class _DyadicState(eqx.Module):
     inner: PyTree
 
 
-def dyadic_schedule(optimizer: optax.GradientTransformation, total_steps: int, depth: int
-                    ) -> optax.GradientTransformation:
+def dyadic_schedule(
+    optimizer: optax.GradientTransformation, total_steps: int, depth: int
+) -> optax.GradientTransformation:
     """Wrap ``optimizer`` so CoFrGeNet ladders are unfrozen level by level (dyadic schedule).
 
     Gradients of frozen levels are zeroed before ``optimizer`` (so Adam moments stay 0) and
@@ -370,14 +415,19 @@ def dyadic_schedule(optimizer: optax.GradientTransformation, total_steps: int, d
     def init(params: PyTree) -> _DyadicState:
         return _DyadicState(jnp.zeros((), jnp.int32), optimizer.init(params))
 
-    def update(updates: PyTree, state: _DyadicState, params: PyTree | None = None
-               ) -> tuple[PyTree, _DyadicState]:
+    def update(
+        updates: PyTree, state: _DyadicState, params: PyTree | None = None
+    ) -> tuple[PyTree, _DyadicState]:
         active = jnp.sum(state.count >= jnp.asarray(starts))
 
         def masked(tree: PyTree) -> PyTree:
             mask = dyadic_grad_mask(tree, active)
-            return jtu.tree_map(lambda u, m: None if u is None else u * m.astype(u.dtype),
-                                tree, mask, is_leaf=lambda x: x is None)
+            return jtu.tree_map(
+                lambda u, m: None if u is None else u * m.astype(u.dtype),
+                tree,
+                mask,
+                is_leaf=lambda x: x is None,
+            )
 
         updates, inner = optimizer.update(masked(updates), state.inner, params)
         return masked(updates), _DyadicState(state.count + 1, inner)
@@ -388,6 +438,10 @@ def dyadic_schedule(optimizer: optax.GradientTransformation, total_steps: int, d
 def count_parameters(tree: PyTree) -> int:
     """Number of scalars in the inexact arrays (or shape structs) of ``tree``."""
     leaves = jtu.tree_leaves(tree)  # arrays or ShapeDtypeStructs (from eqx.filter_eval_shape)
-    return int(sum(math.prod(x.shape) for x in leaves
-                   if hasattr(x, "dtype") and hasattr(x, "shape")
-                   and jnp.issubdtype(x.dtype, jnp.inexact)))
+    return int(
+        sum(
+            math.prod(x.shape)
+            for x in leaves
+            if hasattr(x, "dtype") and hasattr(x, "shape") and jnp.issubdtype(x.dtype, jnp.inexact)
+        )
+    )

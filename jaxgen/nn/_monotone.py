@@ -34,35 +34,41 @@ def _check_pairs(x: Array, y: Array | None = None) -> None:
         raise ValueError(f"`x` and `y` must have the same shape, got {x.shape} and {y.shape}.")
 
 
-def convexity_gap(f: ScalarFn, x: Float[Array, "B n"], y: Float[Array, "B n"]
-                  ) -> Float[Array, " B"]:
+def convexity_gap(
+    f: ScalarFn, x: Float[Array, "B n"], y: Float[Array, "B n"]
+) -> Float[Array, " B"]:
     r"""Midpoint convexity gap $f(\tfrac{x+y}2) - \tfrac12(f(x) + f(y))$ per pair (``<= 0`` if
-    $f$ is convex). ``f`` acts on one sample; it is vmapped here."""
+    $f$ is convex). ``f`` acts on one sample; it is vmapped here.
+    """
     _check_pairs(x, y)
     fv = jax.vmap(f)
     return fv(0.5 * (x + y)) - 0.5 * (fv(x) + fv(y))
 
 
-def monotonicity_gap(f: ScalarFn, x: Float[Array, "B n"], y: Float[Array, "B n"]
-                     ) -> Float[Array, " B"]:
+def monotonicity_gap(
+    f: ScalarFn, x: Float[Array, "B n"], y: Float[Array, "B n"]
+) -> Float[Array, " B"]:
     r"""$f(x \vee y) - f(x)$ per pair (``>= 0`` if $f$ is coordinate-wise non-decreasing)."""
     _check_pairs(x, y)
     fv = jax.vmap(f)
     return fv(jnp.maximum(x, y)) - fv(x)
 
 
-def supermodularity_gap(f: ScalarFn, x: Float[Array, "B n"], y: Float[Array, "B n"]
-                        ) -> Float[Array, " B"]:
+def supermodularity_gap(
+    f: ScalarFn, x: Float[Array, "B n"], y: Float[Array, "B n"]
+) -> Float[Array, " B"]:
     r"""$f(x \vee y) + f(x \wedge y) - f(x) - f(y)$ per pair (``>= 0`` if $f$ is supermodular)."""
     _check_pairs(x, y)
     fv = jax.vmap(f)
     return fv(jnp.maximum(x, y)) + fv(jnp.minimum(x, y)) - fv(x) - fv(y)
 
 
-def corner_points(n: int, *, low: float = 0.0, high: float = 1.0,
-                  dtype: Any = None) -> Float[Array, "4 n"]:
+def corner_points(
+    n: int, *, low: float = 0.0, high: float = 1.0, dtype: Any = None
+) -> Float[Array, "4 n"]:
     """The four corners ``b, b + s e_1, b + s e_2, b + s (e_1 + e_2)`` with ``b = low``,
-    ``s = high - low``."""
+    ``s = high - low``.
+    """
     n = _check_int("n", n, 2)
     if not high > low:
         raise ValueError(f"need `high` > `low`, got low={low!r}, high={high!r}.")
@@ -73,8 +79,9 @@ def corner_points(n: int, *, low: float = 0.0, high: float = 1.0,
     return jnp.stack([base, base + e1, base + e2, base + e1 + e2])
 
 
-def corner_floor(f: ScalarFn, n: int, *, low: float = 0.0, high: float = 1.0,
-                 dtype: Any = None) -> Float[Array, ""]:
+def corner_floor(
+    f: ScalarFn, n: int, *, low: float = 0.0, high: float = 1.0, dtype: Any = None
+) -> Float[Array, ""]:
     r"""$\max |f - \mathrm{MAX}_n|$ over the four `corner_points`.
 
     For every ReLU+ network this is $\ge (\mathrm{high} - \mathrm{low}) / 4$ whatever its size
@@ -85,10 +92,20 @@ def corner_floor(f: ScalarFn, n: int, *, low: float = 0.0, high: float = 1.0,
     return jnp.max(jnp.abs(jax.vmap(f)(pts) - jnp.max(pts, axis=-1)))
 
 
-def sup_error(f: ScalarFn, g: ScalarFn, key: PRNGKeyArray, n: int, *, low: float = -1.0,
-              high: float = 1.0, num_samples: int = 4096, num_starts: int = 64,
-              num_ascent: int = 100, step_size: float = 0.02, dtype: Any = None
-              ) -> Float[Array, ""]:
+def sup_error(
+    f: ScalarFn,
+    g: ScalarFn,
+    key: PRNGKeyArray,
+    n: int,
+    *,
+    low: float = -1.0,
+    high: float = 1.0,
+    num_samples: int = 4096,
+    num_starts: int = 64,
+    num_ascent: int = 100,
+    step_size: float = 0.02,
+    dtype: Any = None,
+) -> Float[Array, ""]:
     r"""Estimate $\sup_{x \in [\mathrm{low}, \mathrm{high}]^n} |f(x) - g(x)|$ from below.
 
     Random search over ``num_samples`` uniform points, then projected sign-gradient ascent on
@@ -141,8 +158,16 @@ class BoxSampler(eqx.Module):
     high: float = eqx.field(static=True)
     dtype: Any = eqx.field(static=True)
 
-    def __init__(self, target: Callable[[Array], Array], n: int, batch_size: int, *,
-                 low: float = -1.0, high: float = 1.0, dtype: Any = None):
+    def __init__(
+        self,
+        target: Callable[[Array], Array],
+        n: int,
+        batch_size: int,
+        *,
+        low: float = -1.0,
+        high: float = 1.0,
+        dtype: Any = None,
+    ):
         self.target = target
         self.n = _check_int("n", n, 1)
         self.batch_size = _check_int("batch_size", batch_size, 1)
@@ -157,8 +182,9 @@ class BoxSampler(eqx.Module):
         return x, self.target(x)
 
 
-def squared_error_loss(model: ScalarFn, batch: tuple[Array, Array], key: PRNGKeyArray
-                       ) -> Float[Array, ""]:
+def squared_error_loss(
+    model: ScalarFn, batch: tuple[Array, Array], key: PRNGKeyArray
+) -> Float[Array, ""]:
     """Mean squared error of a one-sample model on ``batch = (x, y)``."""
     del key
     x, y = batch
@@ -170,10 +196,19 @@ def _has_projected(model: PyTree) -> bool:
     return any(isinstance(m, ICNN | ReLUPlusNet) and m.mode == "project" for m in leaves)
 
 
-def fit_on_box(model: PyTree, target: Callable[[Array], Array], *, key: PRNGKeyArray,
-               num_steps: int, optimizer: optax.GradientTransformation, batch_size: int = 1024,
-               low: float = -1.0, high: float = 1.0, progress: bool = False,
-               checkpoint_dir: str | None = None) -> FitResult:
+def fit_on_box(
+    model: PyTree,
+    target: Callable[[Array], Array],
+    *,
+    key: PRNGKeyArray,
+    num_steps: int,
+    optimizer: optax.GradientTransformation,
+    batch_size: int = 1024,
+    low: float = -1.0,
+    high: float = 1.0,
+    progress: bool = False,
+    checkpoint_dir: str | None = None,
+) -> FitResult:
     r"""Least squares $\mathbb{E}_{x \sim U[\mathrm{low}, \mathrm{high}]^n}(N(x) - g(x))^2$ with a
     fresh batch per step, via `jaxgen.core.fit`.
 
@@ -185,7 +220,21 @@ def fit_on_box(model: PyTree, target: Callable[[Array], Array], *, key: PRNGKeyA
         raise TypeError(f"`model` must be a jaxgen.nn network with `in_size`, got {type(model)}.")
     if _has_projected(model):
         optimizer = optax.chain(optimizer, nonneg_projection())
-    sampler = BoxSampler(target, model.in_size, batch_size, low=low, high=high,
-                         dtype=jax.tree_util.tree_leaves(model)[0].dtype)
-    return fit(squared_error_loss, model, sampler, optimizer, num_steps=num_steps, key=key,
-               progress=progress, checkpoint_dir=checkpoint_dir)
+    sampler = BoxSampler(
+        target,
+        model.in_size,
+        batch_size,
+        low=low,
+        high=high,
+        dtype=jax.tree_util.tree_leaves(model)[0].dtype,
+    )
+    return fit(
+        squared_error_loss,
+        model,
+        sampler,
+        optimizer,
+        num_steps=num_steps,
+        key=key,
+        progress=progress,
+        checkpoint_dir=checkpoint_dir,
+    )

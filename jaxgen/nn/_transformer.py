@@ -29,8 +29,18 @@ class TransformerBlock(eqx.Module):
     mixer: AbstractChannelMixer
     modulation: Float[Array, "dim4 dim"] | None
 
-    def __init__(self, dim: int, num_heads: int, mixer: str, mixer_kwargs: dict[str, Any], *,
-                 rotary: bool, time_conditioning: bool, out_std: float, key: PRNGKeyArray):
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        mixer: str,
+        mixer_kwargs: dict[str, Any],
+        *,
+        rotary: bool,
+        time_conditioning: bool,
+        out_std: float,
+        key: PRNGKeyArray,
+    ):
         ka, km = jr.split(key)
         self.attn_norm = RMSNorm(dim)
         self.attn = MultiHeadAttention(dim, num_heads, rotary=rotary, key=ka, out_std=out_std)
@@ -41,8 +51,9 @@ class TransformerBlock(eqx.Module):
         self.mixer = make_mixer(mixer, dim, key=km, **kwargs)
         self.modulation = jnp.zeros((4 * dim, dim)) if time_conditioning else None
 
-    def __call__(self, h: Float[Array, "L dim"], cond: Float[Array, " dim"] | None, *,
-                 causal: bool) -> tuple[Float[Array, "L dim"], Float[Array, ""]]:
+    def __call__(
+        self, h: Float[Array, "L dim"], cond: Float[Array, " dim"] | None, *, causal: bool
+    ) -> tuple[Float[Array, "L dim"], Float[Array, ""]]:
         """One block on one sequence; returns (hidden states, mixer auxiliary loss)."""
         a = jax.vmap(self.attn_norm)(h)
         m_shift = m_scale = None
@@ -90,32 +101,61 @@ class Transformer(eqx.Module):
     max_len: int = eqx.field(static=True)
     causal: bool = eqx.field(static=True)
 
-    def __init__(self, vocab_size: int, dim: int, num_layers: int, num_heads: int, max_len: int,
-                 *, key: PRNGKeyArray, mixer: str = "swiglu",
-                 mixer_kwargs: dict[str, Any] | None = None, causal: bool = True,
-                 positions: str = "rotary", tie_embeddings: bool = True,
-                 time_conditioning: bool = False, out_size: int | None = None):
+    def __init__(
+        self,
+        vocab_size: int,
+        dim: int,
+        num_layers: int,
+        num_heads: int,
+        max_len: int,
+        *,
+        key: PRNGKeyArray,
+        mixer: str = "swiglu",
+        mixer_kwargs: dict[str, Any] | None = None,
+        causal: bool = True,
+        positions: str = "rotary",
+        tie_embeddings: bool = True,
+        time_conditioning: bool = False,
+        out_size: int | None = None,
+    ):
         if positions not in POSITIONS:
-            raise ValueError(f"unknown `positions` {positions!r}; expected one of "
-                             f"{list(POSITIONS)}.")
-        for name, val in (("vocab_size", vocab_size), ("dim", dim), ("num_layers", num_layers),
-                          ("num_heads", num_heads), ("max_len", max_len)):
+            raise ValueError(
+                f"unknown `positions` {positions!r}; expected one of {list(POSITIONS)}."
+            )
+        for name, val in (
+            ("vocab_size", vocab_size),
+            ("dim", dim),
+            ("num_layers", num_layers),
+            ("num_heads", num_heads),
+            ("max_len", max_len),
+        ):
             if not isinstance(val, int) or val < 1:
                 raise ValueError(f"`{name}` must be an int >= 1, got {val!r}.")
         out_size = vocab_size if out_size is None else out_size
         if tie_embeddings and out_size != vocab_size:
-            raise ValueError(f"tied embeddings need out_size == vocab_size, got {out_size} != "
-                             f"{vocab_size}; pass tie_embeddings=False.")
+            raise ValueError(
+                f"tied embeddings need out_size == vocab_size, got {out_size} != "
+                f"{vocab_size}; pass tie_embeddings=False."
+            )
         ke, kp, kb, kh, kt = jr.split(key, 5)
         out_std = 0.02 / (2 * num_layers) ** 0.5  # GPT-2 scaled init of residual projections
         self.embedding = init_normal(ke, (vocab_size, dim))
-        self.position_embedding = init_normal(kp, (max_len, dim)) if positions == "learned" \
-            else None
+        self.position_embedding = (
+            init_normal(kp, (max_len, dim)) if positions == "learned" else None
+        )
         self.blocks = tuple(
-            TransformerBlock(dim, num_heads, mixer, mixer_kwargs or {},
-                             rotary=positions == "rotary", time_conditioning=time_conditioning,
-                             out_std=out_std, key=k)
-            for k in jr.split(kb, num_layers))
+            TransformerBlock(
+                dim,
+                num_heads,
+                mixer,
+                mixer_kwargs or {},
+                rotary=positions == "rotary",
+                time_conditioning=time_conditioning,
+                out_std=out_std,
+                key=k,
+            )
+            for k in jr.split(kb, num_layers)
+        )
         self.final_norm = RMSNorm(dim)
         self.head = None if tie_embeddings else init_normal(kh, (out_size, dim))
         self.time_embedding = TimeEmbedding(dim, key=kt) if time_conditioning else None
@@ -124,30 +164,37 @@ class Transformer(eqx.Module):
 
     def _check(self, tokens: Array, t: Any) -> None:
         if tokens.ndim != 1:
-            raise ValueError(f"`tokens` must be one sequence of shape (L,), got {tokens.shape}; "
-                             "vmap over the batch.")
+            raise ValueError(
+                f"`tokens` must be one sequence of shape (L,), got {tokens.shape}; "
+                "vmap over the batch."
+            )
         if not jnp.issubdtype(tokens.dtype, jnp.integer):
             raise TypeError(f"`tokens` must be integer ids, got dtype {tokens.dtype}.")
         if tokens.shape[0] > self.max_len:
-            raise ValueError(f"sequence length {tokens.shape[0]} exceeds the model's max_len "
-                             f"{self.max_len}.")
+            raise ValueError(
+                f"sequence length {tokens.shape[0]} exceeds the model's max_len {self.max_len}."
+            )
         if self.time_embedding is None and t is not None:
-            raise ValueError("this model has no time conditioning (time_conditioning=False) "
-                             "but `t` was given.")
+            raise ValueError(
+                "this model has no time conditioning (time_conditioning=False) but `t` was given."
+            )
         if self.time_embedding is not None and t is None:
             raise ValueError("this model is time-conditioned: pass `t`.")
 
-    def features(self, tokens: Int[Array, " L"], t: Float[Array, ""] | None = None
-                 ) -> tuple[Float[Array, "L dim"], Float[Array, ""]]:
+    def features(
+        self, tokens: Int[Array, " L"], t: Float[Array, ""] | None = None
+    ) -> tuple[Float[Array, "L dim"], Float[Array, ""]]:
         """Final normalised hidden states ``[L, dim]`` and the summed auxiliary (MoE) loss."""
         self._check(tokens, t)
-        tokens = eqx.error_if(tokens, jnp.any((tokens < 0) | (tokens >= self.vocab_size)),
-                              "token ids outside [0, vocab_size).")
+        tokens = eqx.error_if(
+            tokens,
+            jnp.any((tokens < 0) | (tokens >= self.vocab_size)),
+            "token ids outside [0, vocab_size).",
+        )
         h = self.embedding[tokens]
         if self.position_embedding is not None:
             h = h + self.position_embedding[: tokens.shape[0]]
-        cond = None if self.time_embedding is None else self.time_embedding(
-            jnp.asarray(t, h.dtype))
+        cond = None if self.time_embedding is None else self.time_embedding(jnp.asarray(t, h.dtype))
         aux = jnp.zeros((), h.dtype)
         for block in self.blocks:
             h, a = block(h, cond, causal=self.causal)
@@ -159,13 +206,15 @@ class Transformer(eqx.Module):
         w = self.embedding if self.head is None else self.head
         return features @ w.T.astype(features.dtype)
 
-    def forward(self, tokens: Int[Array, " L"], t: Float[Array, ""] | None = None
-                ) -> tuple[Float[Array, "L out"], Float[Array, ""]]:
+    def forward(
+        self, tokens: Int[Array, " L"], t: Float[Array, ""] | None = None
+    ) -> tuple[Float[Array, "L out"], Float[Array, ""]]:
         """(logits ``[L, out_size]``, auxiliary loss)."""
         h, aux = self.features(tokens, t)
         return self.logits(h), aux
 
-    def __call__(self, tokens: Int[Array, " L"], t: Float[Array, ""] | None = None
-                 ) -> Float[Array, "L out"]:
+    def __call__(
+        self, tokens: Int[Array, " L"], t: Float[Array, ""] | None = None
+    ) -> Float[Array, "L out"]:
         """Logits ``[L, out_size]`` for one sequence."""
         return self.forward(tokens, t)[0]

@@ -16,13 +16,14 @@ from ._models import AbstractDiffusionModel
 
 
 def to_y(model: AbstractDiffusionModel, x: Float[Array, " dim"]) -> Float[Array, " dim"]:
-    """y = phi(x): log on the positive coordinates, identity elsewhere."""
-    return jnp.where(jnp.asarray(model.positive), jnp.log(jnp.where(
-        jnp.asarray(model.positive), x, 1.0)), x)
+    """Y = phi(x): log on the positive coordinates, identity elsewhere."""
+    return jnp.where(
+        jnp.asarray(model.positive), jnp.log(jnp.where(jnp.asarray(model.positive), x, 1.0)), x
+    )
 
 
 def from_y(model: AbstractDiffusionModel, y: Float[Array, " dim"]) -> Float[Array, " dim"]:
-    """x = phi^{-1}(y)."""
+    """X = phi^{-1}(y)."""
     return jnp.where(jnp.asarray(model.positive), jnp.exp(y), y)
 
 
@@ -116,29 +117,41 @@ class TransitionFlow(eqx.Module):
         hi = tuple(float(v) for v in np.ravel(np.asarray(box_hi)))
         q = model.dim + len(model.param_names)
         if len(lo) != q or len(hi) != q:
-            raise ValueError(f"`box_lo` and `box_hi` must have shape ({q},) for c = (x0, lam), "
-                             f"got {len(lo)} and {len(hi)} entries.")
+            raise ValueError(
+                f"`box_lo` and `box_hi` must have shape ({q},) for c = (x0, lam), "
+                f"got {len(lo)} and {len(hi)} entries."
+            )
         if not all(h > l_ for l_, h in zip(lo, hi, strict=True)):
             raise ValueError(f"`box_hi` must exceed `box_lo` entrywise, got {lo} and {hi}.")
-        logf = tuple(model.positive) + tuple(v > 0 for v in lo[model.dim:])
+        logf = tuple(model.positive) + tuple(v > 0 for v in lo[model.dim :])
         self.log_features = tuple(bool(f and l_ > 0) for f, l_ in zip(logf, lo, strict=True))
         self.model, self.box_lo, self.box_hi = model, lo, hi
         if time_range is not None and not 0 < time_range[0] < time_range[1]:
-            raise ValueError(f"`time_range` must be (t_min, t_max) with 0 < t_min < t_max, got "
-                             f"{time_range}.")
-        self.time_range = None if time_range is None else (float(time_range[0]),
-                                                           float(time_range[1]))
+            raise ValueError(
+                f"`time_range` must be (t_min, t_max) with 0 < t_min < t_max, got {time_range}."
+            )
+        self.time_range = (
+            None if time_range is None else (float(time_range[0]), float(time_range[1]))
+        )
         cond_dim = q + (time_range is not None)
         if model.dim == 1:
             self.bijection = ConditionalMonotoneTanh(
-                1, cond_dim, num_units=num_units, width=width, depth=depth, key=key)
+                1, cond_dim, num_units=num_units, width=width, depth=depth, key=key
+            )
         else:
             self.bijection = ConditionalSmoothCouplingFlow(
-                model.dim, cond_dim, num_blocks=num_blocks, num_units=num_units, width=width,
-                depth=depth, key=key)
+                model.dim,
+                cond_dim,
+                num_blocks=num_blocks,
+                num_units=num_units,
+                width=width,
+                depth=depth,
+                key=key,
+            )
 
-    def features(self, t: Float[ArrayLike, ""], x0: Float[Array, " dim"],
-                 lam: Float[Array, " p"]) -> Float[Array, " q"]:
+    def features(
+        self, t: Float[ArrayLike, ""], x0: Float[Array, " dim"], lam: Float[Array, " p"]
+    ) -> Float[Array, " q"]:
         """Conditioner input: c = (x0, lam) scaled to [-1, 1] by the box (+ scaled log t)."""
         c = jnp.concatenate([x0, lam])
         mask = jnp.asarray(self.log_features)
@@ -162,17 +175,21 @@ class TransitionFlow(eqx.Module):
         x0: Float[Array, " dim"],
         lam: Float[Array, " p"],
     ) -> Float[Array, ""]:
-        """log p_theta(t, x | x0, lam) for one state ``x`` (shape ``(dim,)``), t > 0."""
+        """Log p_theta(t, x | x0, lam) for one state ``x`` (shape ``(dim,)``), t > 0."""
         d = self.model.dim
         if x.shape != (d,) or x0.shape != (d,):
-            raise ValueError(f"`x` and `x0` must have shape ({d},), got {x.shape} and "
-                             f"{x0.shape}.")
+            raise ValueError(f"`x` and `x0` must have shape ({d},), got {x.shape} and {x0.shape}.")
         t = jnp.asarray(t, dtype=x.dtype)
         m, chol = frozen_gaussian_reference(self.model, x0, lam, t)
         zeta = jax.scipy.linalg.solve_triangular(chol, to_y(self.model, x) - m, lower=True)
         z, logdet = self.bijection.transform_and_log_det(zeta, self.features(t, x0, lam))
-        return (-0.5 * z @ z - 0.5 * d * jnp.log(2 * jnp.pi) + logdet
-                - jnp.sum(jnp.log(jnp.diag(chol))) + log_abs_det_jphi(self.model, x))
+        return (
+            -0.5 * z @ z
+            - 0.5 * d * jnp.log(2 * jnp.pi)
+            + logdet
+            - jnp.sum(jnp.log(jnp.diag(chol)))
+            + log_abs_det_jphi(self.model, x)
+        )
 
     def sample(
         self,

@@ -12,7 +12,7 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from jaxgen.core import adamw_cosine, fit, solve_ode
 
-from ._flow import TransitionFlow, flow_parameters, frozen_gaussian_reference, from_y
+from ._flow import TransitionFlow, flow_parameters, from_y, frozen_gaussian_reference
 from ._residual import fp_log_residual
 
 ConditionSampler = Callable[[PRNGKeyArray], tuple[Float[Array, " dim"], Float[Array, " p"]]]
@@ -34,11 +34,9 @@ def cir_condition_sampler(
         ``(sample, box_lo, box_hi)``: ``sample(key) -> (x0 (1,), lam (3,))`` and the corners
         of the box of c = (x0, kappa, theta, sigma).
     """
-    for name, (lo, hi) in (("kappa", kappa), ("theta", theta), ("nu", nu),
-                           ("x0_ratio", x0_ratio)):
+    for name, (lo, hi) in (("kappa", kappa), ("theta", theta), ("nu", nu), ("x0_ratio", x0_ratio)):
         if not 0 < lo < hi:
-            raise ValueError(f"`{name}` must be a range (lo, hi) with 0 < lo < hi, got "
-                             f"{(lo, hi)}.")
+            raise ValueError(f"`{name}` must be a range (lo, hi) with 0 < lo < hi, got {(lo, hi)}.")
     if nu[0] < 1.0:
         raise ValueError(f"`nu` must stay >= 1 (Feller condition), got {nu}.")
 
@@ -57,10 +55,12 @@ def cir_condition_sampler(
         x0 = jnp.clip(x0, x0_ratio[0] * theta[0], x0_ratio[1] * theta[1])
         return x0[None], jnp.stack([kap, th, sig])
 
-    lo = jnp.array([x0_ratio[0] * theta[0], kappa[0], theta[0],
-                    math.sqrt(2 * kappa[0] * theta[0] / nu[1])])
-    hi = jnp.array([x0_ratio[1] * theta[1], kappa[1], theta[1],
-                    math.sqrt(2 * kappa[1] * theta[1] / nu[0])])
+    lo = jnp.array(
+        [x0_ratio[0] * theta[0], kappa[0], theta[0], math.sqrt(2 * kappa[0] * theta[0] / nu[1])]
+    )
+    hi = jnp.array(
+        [x0_ratio[1] * theta[1], kappa[1], theta[1], math.sqrt(2 * kappa[1] * theta[1] / nu[0])]
+    )
     return sample, lo, hi
 
 
@@ -97,10 +97,12 @@ def heston_condition_sampler(
         x0 = jnp.concatenate([jnp.zeros_like(v0), v0])
         return x0, jnp.concatenate([m[None], clam, r[None]])
 
-    lo = jnp.concatenate([jnp.array([-1.0]), clo[:1], jnp.array([mu[0]]), clo[1:],
-                          jnp.array([rho[0]])])
-    hi = jnp.concatenate([jnp.array([1.0]), chi[:1], jnp.array([mu[1]]), chi[1:],
-                          jnp.array([rho[1]])])
+    lo = jnp.concatenate(
+        [jnp.array([-1.0]), clo[:1], jnp.array([mu[0]]), clo[1:], jnp.array([rho[0]])]
+    )
+    hi = jnp.concatenate(
+        [jnp.array([1.0]), chi[:1], jnp.array([mu[1]]), chi[1:], jnp.array([rho[1]])]
+    )
     return sample, lo, hi
 
 
@@ -116,8 +118,9 @@ class ThetaPath(eqx.Module):
     thetas: Float[Array, "T P"]
 
 
-def _collocation(flow: TransitionFlow, t: Array, x0s: Array, lams: Array, zs: Array,
-                 frac_flow: float) -> Array:
+def _collocation(
+    flow: TransitionFlow, t: Array, x0s: Array, lams: Array, zs: Array, frac_flow: float
+) -> Array:
     """x_n: a fraction from the flow (z -> S^{-1}), the rest from the 2x-inflated reference."""
     num = zs.shape[0]
     n_flow = int(round(frac_flow * num))
@@ -162,8 +165,13 @@ def ng_velocity(
 
     def row(x: Array, x0: Array, lam: Array) -> tuple[Array, Array]:
         jrow = jax.grad(ell)(theta, t, x, x0, lam)
-        res = fp_log_residual(lambda s, y: ell(theta, s, y, x0, lam), t, x,
-                              lambda y: model.drift(y, lam), lambda y: model.diffusion(y, lam))
+        res = fp_log_residual(
+            lambda s, y: ell(theta, s, y, x0, lam),
+            t,
+            x,
+            lambda y: model.drift(y, lam),
+            lambda y: model.diffusion(y, lam),
+        )
         return jrow, -res
 
     jac, r = jax.vmap(row)(xs, x0s, lams)
@@ -175,7 +183,9 @@ def ng_velocity(
     else:
         gram = jac @ jac.T / num + eps * jnp.eye(num, dtype=jac.dtype)
         vel = jac.T @ jax.scipy.linalg.cho_solve(jax.scipy.linalg.cho_factor(gram), r / num)
-    unexplained = jnp.mean(jnp.abs(r - jac @ vel)) / (jnp.mean(jnp.abs(r)) + jnp.finfo(r.dtype).tiny)
+    unexplained = jnp.mean(jnp.abs(r - jac @ vel)) / (
+        jnp.mean(jnp.abs(r)) + jnp.finfo(r.dtype).tiny
+    )
     return vel, unexplained
 
 
@@ -227,10 +237,11 @@ def integrate_ng(
     if not isinstance(delta, int | float) or delta <= 0:
         raise ValueError(f"`delta` must be a positive Python float, got {delta!r}.")
     if flow.time_range is not None:
-        raise ValueError("`flow` must not take time features for Neural Galerkin "
-                         "(time_range=None): time enters through theta(t).")
-    for name, v in (("num_steps", num_steps), ("num_colloc", num_colloc),
-                    ("num_saves", num_saves)):
+        raise ValueError(
+            "`flow` must not take time features for Neural Galerkin "
+            "(time_range=None): time enters through theta(t)."
+        )
+    for name, v in (("num_steps", num_steps), ("num_colloc", num_colloc), ("num_saves", num_saves)):
         if not isinstance(v, int) or v < 1:
             raise ValueError(f"`{name}` must be an int >= 1, got {v!r}.")
     if not 0 < t_min_ratio < 1:
@@ -242,9 +253,16 @@ def integrate_ng(
     zs = jr.normal(zkey, (num_colloc, flow.model.dim), dtype=theta0.dtype)
     s0, s1 = math.log(t_min_ratio * delta), math.log(delta)
     ss = jnp.linspace(s0, s1, num_saves + 1, dtype=theta0.dtype)
-    sol = solve_ode(_ng_field, theta0, t0=s0, t1=s1, ts=ss, steps=num_steps,
-                    solver=dfx.Bosh3() if solver is None else solver,
-                    args=(flow, unravel, x0s, lams, zs, frac_flow, eps_rel))
+    sol = solve_ode(
+        _ng_field,
+        theta0,
+        t0=s0,
+        t1=s1,
+        ts=ss,
+        steps=num_steps,
+        solver=dfx.Bosh3() if solver is None else solver,
+        args=(flow, unravel, x0s, lams, zs, frac_flow, eps_rel),
+    )
     return ThetaPath(ts=jnp.exp(ss), thetas=sol.ys)
 
 
@@ -263,8 +281,13 @@ def spacetime_loss(flow: TransitionFlow, batch: tuple, key: PRNGKeyArray) -> Flo
     def one(t: Array, x0: Array, lam: Array, zeta: Array) -> Array:
         m, chol = frozen_gaussian_reference(model, x0, lam, t)
         x = jax.lax.stop_gradient(from_y(model, m + chol @ zeta))
-        res = fp_log_residual(lambda s, y: flow.log_density(s, y, x0, lam), t, x,
-                              lambda y: model.drift(y, lam), lambda y: model.diffusion(y, lam))
+        res = fp_log_residual(
+            lambda s, y: flow.log_density(s, y, x0, lam),
+            t,
+            x,
+            lambda y: model.drift(y, lam),
+            lambda y: model.diffusion(y, lam),
+        )
         return (t * res) ** 2
 
     return jnp.mean(jax.vmap(one)(ts, x0s, lams, zetas))
@@ -307,12 +330,17 @@ def spacetime_train(
         normalizing flow, arXiv 2112.14012.
     """
     if flow.time_range is None:
-        raise ValueError("`flow` must be built with time_range=(t_min, t_max) for the "
-                         "space-time ablation.")
+        raise ValueError(
+            "`flow` must be built with time_range=(t_min, t_max) for the space-time ablation."
+        )
     sampler = _SpaceTimeSampler(sample_condition, flow.time_range, batch_size, flow.model.dim)
-    res = fit(spacetime_loss, flow, sampler, adamw_cosine(learning_rate, num_steps,
-                                                           warmup_steps=num_steps // 20),
-              num_steps=num_steps, key=key, progress=False)
+    res = fit(
+        spacetime_loss,
+        flow,
+        sampler,
+        adamw_cosine(learning_rate, num_steps, warmup_steps=num_steps // 20),
+        num_steps=num_steps,
+        key=key,
+        progress=False,
+    )
     return res.model, jnp.asarray(res.losses)
-
-

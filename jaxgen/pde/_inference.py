@@ -20,8 +20,9 @@ def box_transform(
     u = jnp.asarray(u)
     lo, hi = jnp.asarray(lo, dtype=u.dtype), jnp.asarray(hi, dtype=u.dtype)
     if lo.shape != u.shape or hi.shape != u.shape:
-        raise ValueError(f"`lo` and `hi` must have the shape of `u` {u.shape}, got {lo.shape} "
-                         f"and {hi.shape}.")
+        raise ValueError(
+            f"`lo` and `hi` must have the shape of `u` {u.shape}, got {lo.shape} and {hi.shape}."
+        )
     x = lo + (hi - lo) * jax.nn.sigmoid(u)
     return x, jnp.sum(jnp.log(hi - lo) + jax.nn.log_sigmoid(u) + jax.nn.log_sigmoid(-u))
 
@@ -31,8 +32,9 @@ def box_inverse(
 ) -> Float[Array, " p"]:
     """Inverse of `box_transform`: u = logit((x - lo) / (hi - lo))."""
     x = jnp.asarray(x)
-    p = (x - jnp.asarray(lo, dtype=x.dtype)) / (jnp.asarray(hi, dtype=x.dtype)
-                                                - jnp.asarray(lo, dtype=x.dtype))
+    p = (x - jnp.asarray(lo, dtype=x.dtype)) / (
+        jnp.asarray(hi, dtype=x.dtype) - jnp.asarray(lo, dtype=x.dtype)
+    )
     return jnp.log(p) - jnp.log1p(-p)
 
 
@@ -79,8 +81,11 @@ def run_nuts(
     init = jnp.asarray(init)
     if init.ndim != 1:
         raise ValueError(f"`init` must be a flat parameter vector (p,), got shape {init.shape}.")
-    for name, v in (("num_warmup", num_warmup), ("num_samples", num_samples),
-                    ("num_chains", num_chains)):
+    for name, v in (
+        ("num_warmup", num_warmup),
+        ("num_samples", num_samples),
+        ("num_chains", num_chains),
+    ):
         if not isinstance(v, int) or v < 1:
             raise ValueError(f"`{name}` must be an int >= 1, got {v!r}.")
 

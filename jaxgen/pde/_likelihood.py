@@ -9,12 +9,14 @@ from ._flow import TransitionFlow
 from ._models import AbstractDiffusionModel, exact_log_transition
 
 
-def _check_path(model: AbstractDiffusionModel, xs: ArrayLike, delta: ArrayLike
-                ) -> tuple[Array, Array]:
+def _check_path(
+    model: AbstractDiffusionModel, xs: ArrayLike, delta: ArrayLike
+) -> tuple[Array, Array]:
     xs = jnp.asarray(xs)
     if xs.ndim != 2 or xs.shape[1] != model.dim or xs.shape[0] < 2:
-        raise ValueError(f"`xs` must be a path of shape (n + 1, {model.dim}) with n >= 1, got "
-                         f"{xs.shape}.")
+        raise ValueError(
+            f"`xs` must be a path of shape (n + 1, {model.dim}) with n >= 1, got {xs.shape}."
+        )
     delta = jnp.asarray(delta, dtype=xs.dtype)
     if delta.ndim != 0:
         raise ValueError(f"`delta` must be a scalar time step, got shape {delta.shape}.")
@@ -31,8 +33,9 @@ def exact_path_loglik(
     """sum_k log p_lam(delta, x_{k+1} | x_k) with the exact transition (OU, CIR)."""
     xs, delta = _check_path(model, xs, delta)
     lam = model.check_params(lam)
-    return jnp.sum(jax.vmap(lambda a, b: exact_log_transition(model, delta, b, a, lam))(
-        xs[:-1], xs[1:]))
+    return jnp.sum(
+        jax.vmap(lambda a, b: exact_log_transition(model, delta, b, a, lam))(xs[:-1], xs[1:])
+    )
 
 
 def euler_path_loglik(
@@ -51,10 +54,10 @@ def euler_path_loglik(
 
     def one(x: Array, y: Array) -> Array:
         chol = jnp.linalg.cholesky(model.diffusion(x, lam) * delta)
-        u = jax.scipy.linalg.solve_triangular(chol, y - x - model.drift(x, lam) * delta,
-                                              lower=True)
-        return (-0.5 * u @ u - jnp.sum(jnp.log(jnp.diag(chol)))
-                - 0.5 * model.dim * jnp.log(2 * jnp.pi))
+        u = jax.scipy.linalg.solve_triangular(chol, y - x - model.drift(x, lam) * delta, lower=True)
+        return (
+            -0.5 * u @ u - jnp.sum(jnp.log(jnp.diag(chol))) - 0.5 * model.dim * jnp.log(2 * jnp.pi)
+        )
 
     return jnp.sum(jax.vmap(one)(xs[:-1], xs[1:]))
 

@@ -31,7 +31,9 @@ class AbstractDiffusionModel(eqx.Module):
         """b(x; lam), shape ``(dim,)``."""
 
     @abc.abstractmethod
-    def diffusion(self, x: Float[Array, " dim"], lam: Float[Array, " p"]) -> Float[Array, "dim dim"]:
+    def diffusion(
+        self, x: Float[Array, " dim"], lam: Float[Array, " p"]
+    ) -> Float[Array, "dim dim"]:
         """a(x; lam) = sigma sigma^T, shape ``(dim, dim)``."""
 
     @abc.abstractmethod
@@ -45,28 +47,36 @@ class AbstractDiffusionModel(eqx.Module):
     @property
     def shift_invariant(self) -> tuple[bool, ...]:
         """``shift_invariant[i]``: b and a do not depend on x_i (the law of X_t - x0 is
-        invariant to shifts of x0 in coordinate i). Default: none."""
+        invariant to shifts of x0 in coordinate i). Default: none.
+        """
         return (False,) * self.dim
 
-    def check_state(self, x: Float[Array, "*batch dim"], name: str = "x"
-                    ) -> Float[Array, "*batch dim"]:
+    def check_state(
+        self, x: Float[Array, "*batch dim"], name: str = "x"
+    ) -> Float[Array, "*batch dim"]:
         """Return ``x`` after checking that its positive coordinates are > 0 (``eqx.error_if``)."""
         x = jnp.asarray(x)
         if x.ndim < 1 or x.shape[-1] != self.dim:
-            raise ValueError(f"`{name}` must have a trailing state axis of size {self.dim}, "
-                             f"got shape {x.shape}.")
+            raise ValueError(
+                f"`{name}` must have a trailing state axis of size {self.dim}, got shape {x.shape}."
+            )
         if any(self.positive):
             mask = jnp.broadcast_to(jnp.asarray(self.positive), x.shape)  # batch axes too
-            x = eqx.error_if(x, jnp.any(mask & ~(x > 0)),
-                             f"`{name}` must be > 0 in the coordinates {self.positive} "
-                             "(outside the state space, e.g. a negative rate).")
+            x = eqx.error_if(
+                x,
+                jnp.any(mask & ~(x > 0)),
+                f"`{name}` must be > 0 in the coordinates {self.positive} "
+                "(outside the state space, e.g. a negative rate).",
+            )
         return x
 
     def _check_lam_shape(self, lam: ArrayLike) -> Array:
         lam = jnp.asarray(lam)
         if lam.shape != (len(self.param_names),):
-            raise ValueError(f"`lam` must have shape ({len(self.param_names)},) for parameters "
-                             f"{self.param_names}, got {lam.shape}.")
+            raise ValueError(
+                f"`lam` must have shape ({len(self.param_names)},) for parameters "
+                f"{self.param_names}, got {lam.shape}."
+            )
         return lam
 
 
@@ -110,8 +120,9 @@ class OrnsteinUhlenbeck(AbstractDiffusionModel):
 
     def check_params(self, lam):
         lam = self._check_lam_shape(lam)
-        return eqx.error_if(lam, (lam[0] <= 0) | (lam[1] <= 0),
-                            "`lam`: OU needs kappa > 0 and sigma > 0.")
+        return eqx.error_if(
+            lam, (lam[0] <= 0) | (lam[1] <= 0), "`lam`: OU needs kappa > 0 and sigma > 0."
+        )
 
 
 class CoxIngersollRoss(AbstractDiffusionModel):
@@ -146,9 +157,12 @@ class CoxIngersollRoss(AbstractDiffusionModel):
         lam = self._check_lam_shape(lam)
         lam = eqx.error_if(lam, jnp.any(lam <= 0), "`lam`: CIR needs kappa, theta, sigma > 0.")
         if self.require_feller:
-            lam = eqx.error_if(lam, 2 * lam[0] * lam[1] < lam[2] ** 2,
-                               "`lam` violates the Feller condition 2 kappa theta >= sigma^2 "
-                               "(the model was built with require_feller=True).")
+            lam = eqx.error_if(
+                lam,
+                2 * lam[0] * lam[1] < lam[2] ** 2,
+                "`lam` violates the Feller condition 2 kappa theta >= sigma^2 "
+                "(the model was built with require_feller=True).",
+            )
         return lam
 
 
@@ -180,7 +194,7 @@ class Heston(AbstractDiffusionModel):
 
     @property
     def shift_invariant(self) -> tuple[bool, ...]:
-        """b and a do not depend on the log price s."""
+        """B and a do not depend on the log price s."""
         return (True, False)
 
     def noise(self, x, lam):
@@ -190,11 +204,17 @@ class Heston(AbstractDiffusionModel):
 
     def check_params(self, lam):
         lam = self._check_lam_shape(lam)
-        lam = eqx.error_if(lam, jnp.any(lam[1:4] <= 0) | (jnp.abs(lam[4]) >= 1),
-                           "`lam`: Heston needs kappa, theta, xi > 0 and |rho| < 1.")
+        lam = eqx.error_if(
+            lam,
+            jnp.any(lam[1:4] <= 0) | (jnp.abs(lam[4]) >= 1),
+            "`lam`: Heston needs kappa, theta, xi > 0 and |rho| < 1.",
+        )
         if self.require_feller:
-            lam = eqx.error_if(lam, 2 * lam[1] * lam[2] < lam[3] ** 2,
-                               "`lam` violates the Feller condition 2 kappa theta >= xi^2.")
+            lam = eqx.error_if(
+                lam,
+                2 * lam[1] * lam[2] < lam[3] ** 2,
+                "`lam` violates the Feller condition 2 kappa theta >= xi^2.",
+            )
         return lam
 
 
@@ -240,21 +260,25 @@ def exact_log_transition(
     x = model.check_state(x, "x")
     x0 = model.check_state(x0, "x0")
     if x.shape != (model.dim,) or x0.shape != (model.dim,):
-        raise ValueError(f"`x` and `x0` must have shape ({model.dim},), got {x.shape} and "
-                         f"{x0.shape}.")
+        raise ValueError(
+            f"`x` and `x0` must have shape ({model.dim},), got {x.shape} and {x0.shape}."
+        )
     if isinstance(model, OrnsteinUhlenbeck):
         kappa = lam[0]
         mean = lam[2:] + (x0 - lam[2:]) * jnp.exp(-kappa * t)
         cov = model.diffusion(x0, lam) * (-jnp.expm1(-2 * kappa * t)) / (2 * kappa)
         chol = jnp.linalg.cholesky(cov)
         u = jax.scipy.linalg.solve_triangular(chol, x - mean, lower=True)
-        return (-0.5 * u @ u - jnp.sum(jnp.log(jnp.diag(chol)))
-                - 0.5 * model.dim * jnp.log(2 * jnp.pi))
+        return (
+            -0.5 * u @ u - jnp.sum(jnp.log(jnp.diag(chol))) - 0.5 * model.dim * jnp.log(2 * jnp.pi)
+        )
     if isinstance(model, CoxIngersollRoss):
         c, df, nc = cir_transition_params(t, x0[0], lam)
         return jnp.log(2 * c) + log_ncx2_pdf(2 * c * x[0], df, nc)
-    raise TypeError(f"`model`: no closed-form transition density for {type(model).__name__}; "
-                    "use a learned TransitionFlow or Monte Carlo.")
+    raise TypeError(
+        f"`model`: no closed-form transition density for {type(model).__name__}; "
+        "use a learned TransitionFlow or Monte Carlo."
+    )
 
 
 def sample_cir_exact(
@@ -320,7 +344,14 @@ def simulate_path(
 
     t1 = delta * n_obs
     ts = jnp.linspace(0.0, t1, n_obs + 1, dtype=x0.dtype)
-    sol = solve_sde(lambda t, y, args: model.drift(trunc(y), lam),
-                    lambda t, y, args: model.noise(trunc(y), lam),
-                    x0, key=key, t0=0.0, t1=t1, steps=n_obs * substeps, ts=ts)
+    sol = solve_sde(
+        lambda t, y, args: model.drift(trunc(y), lam),
+        lambda t, y, args: model.noise(trunc(y), lam),
+        x0,
+        key=key,
+        t0=0.0,
+        t1=t1,
+        steps=n_obs * substeps,
+        ts=ts,
+    )
     return trunc(sol.ys)

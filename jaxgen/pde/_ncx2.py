@@ -6,9 +6,10 @@ from jax.scipy.special import gammaln
 from jaxtyping import Array, ArrayLike, Float
 
 
-def log_chi2_pdf(y: Float[ArrayLike, "*shape"], df: Float[ArrayLike, "*shape"]
-                 ) -> Float[Array, "*shape"]:
-    """log of the chi-square density with ``df`` degrees of freedom at ``y > 0`` (broadcasts)."""
+def log_chi2_pdf(
+    y: Float[ArrayLike, "*shape"], df: Float[ArrayLike, "*shape"]
+) -> Float[Array, "*shape"]:
+    """Log of the chi-square density with ``df`` degrees of freedom at ``y > 0`` (broadcasts)."""
     y, df = jnp.asarray(y), jnp.asarray(df)
     k = 0.5 * df
     return (k - 1) * jnp.log(y) - 0.5 * y - k * jnp.log(2.0) - gammaln(k)
@@ -20,7 +21,7 @@ def log_ncx2_pdf(
     nc: Float[ArrayLike, ""],
     n_terms: int = 201,
 ) -> Float[Array, ""]:
-    r"""log of the noncentral chi-square density ncχ²(df, nc) at ``y > 0``.
+    r"""Log of the noncentral chi-square density ncχ²(df, nc) at ``y > 0``.
 
     Poisson mixture: p(y) = sum_j Pois(j; nc/2) χ²(y; df + 2j). The summand is log-concave in j
     with its mode near j* = (-k + sqrt(k² + 2 nc y)) / 2 (k = df/2) and width

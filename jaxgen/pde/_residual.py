@@ -19,8 +19,10 @@ def _check_x(x: Array, drift: DriftFn, diffusion: DiffusionFn) -> None:
     if b.shape != x.shape:
         raise ValueError(f"`drift(x)` must have the shape of x {x.shape}, got {b.shape}.")
     if a.shape != x.shape * 2:
-        raise ValueError(f"`diffusion(x)` must be the matrix a = sigma sigma^T of shape "
-                         f"{x.shape * 2}, got {a.shape}.")
+        raise ValueError(
+            f"`diffusion(x)` must be the matrix a = sigma sigma^T of shape "
+            f"{x.shape * 2}, got {a.shape}."
+        )
 
 
 def fp_log_rhs(
@@ -72,8 +74,7 @@ def fp_log_rhs(
     dda = jnp.trace(jax.jacfwd(div_a)(x))  # sum_ij d_i d_j a_ij
     b = drift(x)
     a = diffusion(x)
-    return (-div_b - b @ g + 0.5 * dda + div_a(x) @ g + 0.5 * jnp.sum(a * hess)
-            + 0.5 * g @ (a @ g))
+    return -div_b - b @ g + 0.5 * dda + div_a(x) @ g + 0.5 * jnp.sum(a * hess) + 0.5 * g @ (a @ g)
 
 
 def fp_log_residual(

@@ -44,8 +44,7 @@ def _split_batch(batch: PyTree) -> tuple[Array, Array | None]:
             raise ValueError(f"a batch is `tokens` or `(tokens, mask)`, got {len(batch)} items.")
         tokens, mask = batch
         if mask.shape != tokens.shape:
-            raise ValueError(f"`mask` shape {mask.shape} must equal `tokens` shape "
-                             f"{tokens.shape}.")
+            raise ValueError(f"`mask` shape {mask.shape} must equal `tokens` shape {tokens.shape}.")
         return tokens, mask
     return batch, None
 
@@ -60,8 +59,7 @@ def lm_loss(model: Transformer, batch: PyTree, key: PRNGKeyArray) -> Float[Array
     del key
     tokens, mask = _split_batch(batch)
     if tokens.ndim != 2 or tokens.shape[1] < 2:
-        raise ValueError(f"`batch` tokens must have shape (B, L) with L >= 2, got "
-                         f"{tokens.shape}.")
+        raise ValueError(f"`batch` tokens must have shape (B, L) with L >= 2, got {tokens.shape}.")
     logits, aux = jax.vmap(model.forward)(tokens[:, :-1])
     logp = jax.nn.log_softmax(logits, axis=-1)
     nll = -jnp.take_along_axis(logp, tokens[:, 1:, None], axis=-1)[..., 0]
@@ -73,17 +71,25 @@ def lm_loss(model: Transformer, batch: PyTree, key: PRNGKeyArray) -> Float[Array
     return loss + AUX_LOSS_WEIGHT * jnp.mean(aux)
 
 
-def lm_optimizer(learning_rate: float, num_steps: int, *, warmup_steps: int | None = None,
-                 weight_decay: float = 0.1, clip_norm: float | None = 1.0, b1: float = 0.9,
-                 b2: float = 0.95, dyadic_depth: int | None = None
-                 ) -> optax.GradientTransformation:
+def lm_optimizer(
+    learning_rate: float,
+    num_steps: int,
+    *,
+    warmup_steps: int | None = None,
+    weight_decay: float = 0.1,
+    clip_norm: float | None = 1.0,
+    b1: float = 0.9,
+    b2: float = 0.95,
+    dyadic_depth: int | None = None,
+) -> optax.GradientTransformation:
     """AdamW (betas 0.9/0.95, decay on matrices only), linear warm-up + cosine, clipping.
 
     ``dyadic_depth``: wrap it in the CoFrGeNet dyadic schedule (`jaxgen.nn.dyadic_schedule`).
     """
     warmup = max(1, num_steps // 20) if warmup_steps is None else max(1, warmup_steps)
-    schedule = optax.warmup_cosine_decay_schedule(0.0, learning_rate, warmup,
-                                                  max(num_steps, warmup + 1))
+    schedule = optax.warmup_cosine_decay_schedule(
+        0.0, learning_rate, warmup, max(num_steps, warmup + 1)
+    )
 
     def decay_mask(params: PyTree) -> PyTree:
         return jtu.tree_map(lambda x: x.ndim >= 2, params)
@@ -96,12 +102,22 @@ def lm_optimizer(learning_rate: float, num_steps: int, *, warmup_steps: int | No
     return opt
 
 
-def train_lm(model: Transformer, batches, *, num_steps: int, key: PRNGKeyArray,
-             learning_rate: float = 1e-3, warmup_steps: int | None = None,
-             weight_decay: float = 0.1, clip_norm: float | None = 1.0,
-             dyadic_depth: int | None = None, optimizer: optax.GradientTransformation | None = None,
-             checkpoint_dir: str | None = None, checkpoint_every: int = 1000,
-             progress: bool = False) -> FitResult:
+def train_lm(
+    model: Transformer,
+    batches,
+    *,
+    num_steps: int,
+    key: PRNGKeyArray,
+    learning_rate: float = 1e-3,
+    warmup_steps: int | None = None,
+    weight_decay: float = 0.1,
+    clip_norm: float | None = 1.0,
+    dyadic_depth: int | None = None,
+    optimizer: optax.GradientTransformation | None = None,
+    checkpoint_dir: str | None = None,
+    checkpoint_every: int = 1000,
+    progress: bool = False,
+) -> FitResult:
     """Train a causal LM with `jaxgen.core.fit` on `lm_loss` (checkpointed and resumable).
 
     Args:
@@ -121,12 +137,25 @@ def train_lm(model: Transformer, batches, *, num_steps: int, key: PRNGKeyArray,
     if not model.causal:
         raise ValueError("`train_lm` trains causal language models; got causal=False.")
     if optimizer is None:
-        optimizer = lm_optimizer(learning_rate, num_steps, warmup_steps=warmup_steps,
-                                 weight_decay=weight_decay, clip_norm=clip_norm,
-                                 dyadic_depth=dyadic_depth)
-    return fit(lm_loss, model, batches, optimizer, num_steps=num_steps, key=key,
-               checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
-               progress=progress)
+        optimizer = lm_optimizer(
+            learning_rate,
+            num_steps,
+            warmup_steps=warmup_steps,
+            weight_decay=weight_decay,
+            clip_norm=clip_norm,
+            dyadic_depth=dyadic_depth,
+        )
+    return fit(
+        lm_loss,
+        model,
+        batches,
+        optimizer,
+        num_steps=num_steps,
+        key=key,
+        checkpoint_dir=checkpoint_dir,
+        checkpoint_every=checkpoint_every,
+        progress=progress,
+    )
 
 
 @eqx.filter_jit
@@ -152,8 +181,14 @@ class LMEvaluation(NamedTuple):
     num_tokens: int
 
 
-def evaluate_lm(model: Transformer, tokens: np.ndarray | Array, *, context: int | None = None,
-                max_windows: int | None = None, batch_size: int = 64) -> LMEvaluation:
+def evaluate_lm(
+    model: Transformer,
+    tokens: np.ndarray | Array,
+    *,
+    context: int | None = None,
+    max_windows: int | None = None,
+    batch_size: int = 64,
+) -> LMEvaluation:
     """Deterministic held-out evaluation on non-overlapping windows of a token stream.
 
     Windows of ``context + 1`` tokens start every ``context`` tokens, so each token after the
@@ -172,19 +207,21 @@ def evaluate_lm(model: Transformer, tokens: np.ndarray | Array, *, context: int 
         raise ValueError(f"`tokens` must be a 1-D integer array, got {arr.dtype}{arr.shape}.")
     context = model.max_len if context is None else context
     if not 1 <= context <= model.max_len:
-        raise ValueError(f"`context` must be in [1, {model.max_len}] (the model's max_len), got "
-                         f"{context}.")
+        raise ValueError(
+            f"`context` must be in [1, {model.max_len}] (the model's max_len), got {context}."
+        )
     num = (arr.shape[0] - 1) // context
     if num < 1:
-        raise ValueError(f"`tokens` has {arr.shape[0]} ids; need at least context + 1 = "
-                         f"{context + 1}.")
+        raise ValueError(
+            f"`tokens` has {arr.shape[0]} ids; need at least context + 1 = {context + 1}."
+        )
     starts = np.arange(num) * context
     if max_windows is not None and max_windows < num:
         starts = starts[np.linspace(0, num - 1, max_windows).round().astype(int)]
-    windows = np.stack([arr[s:s + context + 1] for s in starts]).astype(np.int32)
+    windows = np.stack([arr[s : s + context + 1] for s in starts]).astype(np.int32)
     total, count = 0.0, 0.0
     for i in range(0, len(windows), batch_size):
-        chunk = windows[i:i + batch_size]
+        chunk = windows[i : i + batch_size]
         pad = batch_size - len(chunk)
         mask = np.ones_like(chunk, dtype=bool)
         if pad:  # pad to a fixed batch shape so one compilation serves every chunk
@@ -196,8 +233,9 @@ def evaluate_lm(model: Transformer, tokens: np.ndarray | Array, *, context: int 
     return LMEvaluation(nll, nll / math.log(2), math.exp(nll), int(count))
 
 
-def sequence_log_prob(model: Transformer, tokens: Int[Array, " L"],
-                      mask: Bool[Array, " L"] | None = None) -> Float[Array, ""]:
+def sequence_log_prob(
+    model: Transformer, tokens: Int[Array, " L"], mask: Bool[Array, " L"] | None = None
+) -> Float[Array, ""]:
     """``sum_{i >= 1, mask_i} log p(x_i | x_<i)`` of one sequence (the first token is context).
 
     For documents of different lengths pad them and pass ``mask`` (True on real tokens). Prepend
@@ -206,15 +244,15 @@ def sequence_log_prob(model: Transformer, tokens: Int[Array, " L"],
     nll = token_nll(model, tokens)
     if mask is not None:
         if mask.shape != tokens.shape:
-            raise ValueError(f"`mask` shape {mask.shape} must equal `tokens` shape "
-                             f"{tokens.shape}.")
+            raise ValueError(f"`mask` shape {mask.shape} must equal `tokens` shape {tokens.shape}.")
         nll = jnp.where(mask[1:], nll, 0.0)
     return -jnp.sum(nll)
 
 
 @eqx.filter_jit
-def score_sequences(model: Transformer, tokens: Int[Array, "B L"],
-                    mask: Bool[Array, "B L"] | None = None) -> Float[Array, " B"]:
+def score_sequences(
+    model: Transformer, tokens: Int[Array, "B L"], mask: Bool[Array, "B L"] | None = None
+) -> Float[Array, " B"]:
     """`sequence_log_prob` of every row of a batch (jitted)."""
     if tokens.ndim != 2:
         raise ValueError(f"`tokens` must have shape (B, L), got {tokens.shape}.")
@@ -225,8 +263,9 @@ def score_sequences(model: Transformer, tokens: Int[Array, "B L"],
     return jax.vmap(lambda x, m: sequence_log_prob(model, x, m))(tokens, mask)
 
 
-def generative_perplexity(scorer: Transformer, samples: Int[Array, "B L"],
-                          mask: Bool[Array, "B L"] | None = None) -> Float[Array, ""]:
+def generative_perplexity(
+    scorer: Transformer, samples: Int[Array, "B L"], mask: Bool[Array, "B L"] | None = None
+) -> Float[Array, ""]:
     """Perplexity of generated ``samples`` under a separately trained causal ``scorer``.
 
     ``exp(-sum log p / number of scored tokens)``; the first token of each row is context only.
@@ -240,8 +279,14 @@ def generative_perplexity(scorer: Transformer, samples: Int[Array, "B L"],
     return jnp.exp(-jnp.sum(logp) / count)
 
 
-def _sample_impl(key: PRNGKeyArray, model: Transformer, prompt: Array, length: int,
-                 temperature: float, top_k: int | None) -> Array:
+def _sample_impl(
+    key: PRNGKeyArray,
+    model: Transformer,
+    prompt: Array,
+    length: int,
+    temperature: float,
+    top_k: int | None,
+) -> Array:
     p = prompt.shape[0]
     buf = jnp.zeros((length,), jnp.int32).at[:p].set(prompt.astype(jnp.int32))
 
@@ -258,14 +303,27 @@ def _sample_impl(key: PRNGKeyArray, model: Transformer, prompt: Array, length: i
 
 
 @eqx.filter_jit
-def _sample_batch(keys: Array, model: Transformer, prompt: Array, length: int,
-                  temperature: float, top_k: int | None) -> Array:
+def _sample_batch(
+    keys: Array,
+    model: Transformer,
+    prompt: Array,
+    length: int,
+    temperature: float,
+    top_k: int | None,
+) -> Array:
     return jax.vmap(lambda k: _sample_impl(k, model, prompt, length, temperature, top_k))(keys)
 
 
-def sample_lm(key: PRNGKeyArray, model: Transformer, num_samples: int, length: int, *,
-              prompt: Int[Array, " P"], temperature: float = 1.0, top_k: int | None = None
-              ) -> Int[Array, "B L"]:
+def sample_lm(
+    key: PRNGKeyArray,
+    model: Transformer,
+    num_samples: int,
+    length: int,
+    *,
+    prompt: Int[Array, " P"],
+    temperature: float = 1.0,
+    top_k: int | None = None,
+) -> Int[Array, "B L"]:
     """Ancestral sampling from a causal LM: ``int32[num_samples, length]``, prompt included.
 
     Each step re-runs the model on the fixed-length buffer (no KV cache: small models only).
@@ -286,8 +344,10 @@ def sample_lm(key: PRNGKeyArray, model: Transformer, num_samples: int, length: i
     if prompt.ndim != 1 or prompt.shape[0] < 1:
         raise ValueError(f"`prompt` must be 1-D with at least one token, got {prompt.shape}.")
     if not prompt.shape[0] <= length <= model.max_len:
-        raise ValueError(f"`length` must be in [len(prompt)={prompt.shape[0]}, max_len="
-                         f"{model.max_len}], got {length}.")
+        raise ValueError(
+            f"`length` must be in [len(prompt)={prompt.shape[0]}, max_len="
+            f"{model.max_len}], got {length}."
+        )
     if not temperature > 0:
         raise ValueError(f"`temperature` must be > 0, got {temperature!r}.")
     if top_k is not None and not 1 <= top_k <= model.out_size:

@@ -36,8 +36,9 @@ def _check_pair(A: Array, T: Array, W: Array | None = None) -> None:
     if T.ndim != 2 or T.shape[0] != A.shape[0]:
         raise ValueError(f"`T` must have shape (n, K) = ({A.shape[0]}, K), got {T.shape}.")
     if W is not None and W.shape != (T.shape[1], T.shape[1]):
-        raise ValueError(f"`W` must have shape (K, K) = ({T.shape[1]}, {T.shape[1]}), got "
-                         f"{W.shape}.")
+        raise ValueError(
+            f"`W` must have shape (K, K) = ({T.shape[1]}, {T.shape[1]}), got {W.shape}."
+        )
 
 
 def _cross(A: Array, T: Array, W: Array) -> Array:
@@ -95,7 +96,7 @@ def lmo_rows(G: Float[Array, "n K"], h: Float[Array, " n"]) -> Float[Array, "n K
 
 
 def _quad_step(a: Array, b: Array) -> Array:
-    """argmin over [0, 1] of b x + a x^2 (exact, convex or not)."""
+    """Argmin over [0, 1] of b x + a x^2 (exact, convex or not)."""
     safe = jnp.where(a > 0, a, 1.0)
     convex = jnp.clip(-b / (2.0 * safe), 0.0, 1.0)
     return jnp.where(a > 0, convex, jnp.where(a + b < 0, 1.0, 0.0)).astype(b.dtype)
@@ -212,12 +213,18 @@ def _cg_converged(state: _CGState, tol: float) -> Bool[Array, ""]:
     return small_gap | small_decrease
 
 
-def _solve_coupling(A: Array, W: Array, T0: Array, *, max_steps: int, tol: float,
-                    symmetric: bool, throw: bool) -> tuple[_CGState, Array, RESULTS]:
+def _solve_coupling(
+    A: Array, W: Array, T0: Array, *, max_steps: int, tol: float, symmetric: bool, throw: bool
+) -> tuple[_CGState, Array, RESULTS]:
     h = jnp.sum(T0, axis=1)
     state = _cg_state(A, T0, W, h, symmetric)
-    out = iterate(lambda s: _cg_step(s, A, W, h, symmetric), state,
-                  converged_fn=lambda s: _cg_converged(s, tol), max_steps=max_steps, throw=throw)
+    out = iterate(
+        lambda s: _cg_step(s, A, W, h, symmetric),
+        state,
+        converged_fn=lambda s: _cg_converged(s, tol),
+        max_steps=max_steps,
+        throw=throw,
+    )
     return out.state, out.num_steps, out.result
 
 
@@ -264,8 +271,9 @@ def solve_srgw_coupling(
     """
     _check_pair(A, T0, W)
     _check_solver_args(max_steps, tol)
-    state, num_steps, result = _solve_coupling(A, W, T0, max_steps=max_steps, tol=tol,
-                                               symmetric=symmetric, throw=throw)
+    state, num_steps, result = _solve_coupling(
+        A, W, T0, max_steps=max_steps, tol=tol, symmetric=symmetric, throw=throw
+    )
     return SrgwOutput(state.T, srgw_objective(A, state.T, W), state.gap, num_steps, result)
 
 
@@ -326,7 +334,7 @@ def srgw_barycenter(
     symmetric: bool = True,
     throw: bool = True,
 ) -> SrgwBarycenterOutput:
-    r"""srGW barycenter of one graph with $K$ atoms by block-coordinate descent.
+    r"""SrGW barycenter of one graph with $K$ atoms by block-coordinate descent.
 
     Alternates $T \leftarrow$ `solve_srgw_coupling`$(A, W, T)$ (warm-started) and
     $W \leftarrow$ `w_step`$(A, T, W)$. $F$ never increases. Stops when
@@ -358,8 +366,9 @@ def srgw_barycenter(
     itol = tol if inner_tol is None else inner_tol
 
     def step(s: _BCState) -> _BCState:
-        cg, n_in, _ = _solve_coupling(A, s.W, s.T, max_steps=max_inner_steps, tol=itol,
-                                      symmetric=symmetric, throw=False)
+        cg, n_in, _ = _solve_coupling(
+            A, s.W, s.T, max_steps=max_inner_steps, tol=itol, symmetric=symmetric, throw=False
+        )
         W = w_step(A, cg.T, s.W)
         F = srgw_objective(A, cg.T, W)
         return _BCState(cg.T, W, F, s.F, jnp.sqrt(jnp.sum((W - s.W) ** 2)), s.inner + n_in)
@@ -372,8 +381,9 @@ def srgw_barycenter(
     init = _BCState(T0, W0, F0, _big(F0), _big(F0), jnp.array(0))
     out = iterate(step, init, converged_fn=converged, max_steps=max_steps, throw=throw)
     s = out.state
-    return SrgwBarycenterOutput(s.T, s.W, srgw_objective(A, s.T, s.W), out.num_steps, s.inner,
-                                out.result)
+    return SrgwBarycenterOutput(
+        s.T, s.W, srgw_objective(A, s.T, s.W), out.num_steps, s.inner, out.result
+    )
 
 
 def round_argmax(T: Float[Array, "n K"]) -> Int[Array, " n"]:

@@ -17,9 +17,10 @@ from jaxgen.bridges import (
     log_terminal_density,
 )
 
-
 REF, T = OUReference(1), 1.0
-PSI = eqx.filter_jit(lambda key: BoundedMLPLogPotential(1, 8, 1, key=key, init_kappa=0.3))(jr.key(5))
+PSI = eqx.filter_jit(lambda key: BoundedMLPLogPotential(1, 8, 1, key=key, init_kappa=0.3))(
+    jr.key(5)
+)
 GH = gauss_hermite(1, 12)
 XS = jnp.array([[-0.7], [0.1], [0.9]])
 
@@ -49,8 +50,10 @@ def test_eager_jit_vmap_grad():
 @eqx.filter_jit
 def _battery(psi, xs):
     """vmap == loop and reverse-mode grad == central difference (log_h and doob_drift)."""
-    fns = (lambda x: log_h(psi, REF, x, 0.3, T, GH),
-           lambda x: doob_drift(psi, REF, T, GH)(0.3, x, None)[0])
+    fns = (
+        lambda x: log_h(psi, REF, x, 0.3, T, GH),
+        lambda x: doob_drift(psi, REF, T, GH)(0.3, x, None)[0],
+    )
     h = 1e-5
     out = []
     for f in fns:

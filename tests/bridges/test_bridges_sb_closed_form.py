@@ -26,7 +26,6 @@ from jaxgen.bridges import (
 )
 from jaxgen.core import solve_sde
 
-
 MU1, S1 = jnp.array([1.2]), jnp.array([[0.16]])  # 1-D target N(1.2, 0.4^2)
 GH80 = gauss_hermite(1, 80)
 
@@ -78,8 +77,12 @@ def _heat_case(x):
     ref = OUReference(2, b=0.7, m=jnp.array([0.3, -0.2]), Sigma=jnp.array([[1.5, 0.3], [0.3, 0.8]]))
     psi = QuadraticLogPotential(jnp.array([[0.9, -0.2], [-0.2, 0.4]]), jnp.array([0.5, -1.0]))
     gh = gauss_hermite(2, 30)
-    return (psi.log_heat(ref, x, 0.6), log_h(psi, ref, x, 0.4, 1.0, gh), psi.log_heat(ref, x, 0.0),
-            psi(x))
+    return (
+        psi.log_heat(ref, x, 0.6),
+        log_h(psi, ref, x, 0.4, 1.0, gh),
+        psi.log_heat(ref, x, 0.0),
+        psi(x),
+    )
 
 
 def test_ou_transition_heat_of_exp_quadratic():
@@ -97,9 +100,17 @@ def test_ou_transition_simulated(getkey):
     @jax.jit
     def simulate(keys):
         def one(k):
-            sol = solve_sde(lambda t, y, a: ref.drift(y), lambda t, y, a: root, x0, key=k,
-                            t1=tau, steps=steps, brownian="unsafe")
+            sol = solve_sde(
+                lambda t, y, a: ref.drift(y),
+                lambda t, y, a: root,
+                x0,
+                key=k,
+                t1=tau,
+                steps=steps,
+                brownian="unsafe",
+            )
             return sol.ys[-1]
+
         return jax.vmap(one)(keys)
 
     xs = simulate(jr.split(getkey(), n))
@@ -197,8 +208,9 @@ def _simulate_closed_form(key, n, steps):
     psi = gaussian_sb_potential_ou(MU1, S1, ref, T)
     kx, ks = jr.split(key)
     x0 = jr.normal(kx, (n, 1))
-    xs = sample_bridge(ks, psi, ref, T, x0, num_steps=steps, ts=jnp.array([T / 2, T]),
-                       brownian="unsafe")
+    xs = sample_bridge(
+        ks, psi, ref, T, x0, num_steps=steps, ts=jnp.array([T / 2, T]), brownian="unsafe"
+    )
     return xs, gaussian_sb_marginal(MU1, S1, ref, T, T / 2)
 
 
@@ -237,10 +249,13 @@ def _follmer_potential():
 def _follmer_case(x):
     ref, psi, gh = BrownianReference(2), _follmer_potential(), gauss_hermite(2, 40)
     t = 0.3
-    return (follmer_drift_gaussian(t, x, MU_F, S_F), doob_drift(psi, ref, 1.0, gh)(t, x, None),
-            doob_drift(psi, ref, 1.0)(t, x, None),
-            log_terminal_density(psi, ref, x, 1.0, outer=gh, source_cov=jnp.zeros((2, 2))),
-            jax.scipy.stats.multivariate_normal.logpdf(x, MU_F, S_F))
+    return (
+        follmer_drift_gaussian(t, x, MU_F, S_F),
+        doob_drift(psi, ref, 1.0, gh)(t, x, None),
+        doob_drift(psi, ref, 1.0)(t, x, None),
+        log_terminal_density(psi, ref, x, 1.0, outer=gh, source_cov=jnp.zeros((2, 2))),
+        jax.scipy.stats.multivariate_normal.logpdf(x, MU_F, S_F),
+    )
 
 
 def test_follmer_drift_matches_autodiff_of_log_h():
@@ -251,12 +266,25 @@ def test_follmer_drift_matches_autodiff_of_log_h():
     np.testing.assert_allclose(lp, target, rtol=1e-10)
 
 
-@pytest.mark.parametrize("n,steps", [pytest.param(3000, 100, id="small", marks=pytest.mark.slow),
-                                     pytest.param(200_000, 1000, id="spec", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "n,steps",
+    [
+        pytest.param(3000, 100, id="small", marks=pytest.mark.slow),
+        pytest.param(200_000, 1000, id="spec", marks=pytest.mark.slow),
+    ],
+)
 def test_follmer_simulation(getkey, n, steps):
     ref, psi = BrownianReference(2), _follmer_potential()
-    xs = sample_bridge(getkey(), psi, ref, 1.0, jnp.zeros((n, 2)), num_steps=steps,
-                       ts=jnp.array([0.5, 1.0]), brownian="unsafe")
+    xs = sample_bridge(
+        getkey(),
+        psi,
+        ref,
+        1.0,
+        jnp.zeros((n, 2)),
+        num_steps=steps,
+        ts=jnp.array([0.5, 1.0]),
+        brownian="unsafe",
+    )
     for i, t in enumerate((0.5, 1.0)):
         mean, cov = follmer_marginal_gaussian(t, MU_F, S_F)
         se = jnp.sqrt(jnp.diagonal(cov) / n)

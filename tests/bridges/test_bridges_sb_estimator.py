@@ -14,8 +14,8 @@ from jaxgen.bridges import (
     BrownianReference,
     GMMLogPotential,
     OUReference,
-    Quadrature,
     QuadraticLogPotential,
+    Quadrature,
     SBNLLLoss,
     doob_drift,
     drift_ess,
@@ -31,7 +31,6 @@ from jaxgen.bridges import (
     quadratic_terminal_law,
     sample_bridge,
 )
-
 
 GH60 = gauss_hermite(1, 60)
 
@@ -62,8 +61,9 @@ def _normalisation_case(psi, c):
     ys = 2.0 * y_rule.nodes
     shifted = Shifted(psi, c)
     logp = jax.vmap(lambda y: log_terminal_density(psi, ref, y, T, outer=GH60, inner=GH60))(ys)
-    logp_s = jax.vmap(lambda y: log_terminal_density(shifted, ref, y, T, outer=GH60,
-                                                     inner=GH60))(ys[:5])
+    logp_s = jax.vmap(lambda y: log_terminal_density(shifted, ref, y, T, outer=GH60, inner=GH60))(
+        ys[:5]
+    )
     x = jnp.array([-0.3])
     drifts = (doob_drift(psi, ref, T, GH60)(0.3, x), doob_drift(shifted, ref, T, GH60)(0.3, x))
     log_prop = jax.scipy.stats.norm.logpdf(ys[:, 0], 0.0, 2.0)
@@ -85,8 +85,12 @@ def _shift_case(psi, shifted, bank, Y, k):
     y, x = jnp.array([0.4]), jnp.array([-0.3])
     out = []
     for outer in (GH60, bank):
-        out.append((log_terminal_density(psi, ref, y, T, outer=outer, inner=GH60),
-                    log_terminal_density(shifted, ref, y, T, outer=outer, inner=GH60)))
+        out.append(
+            (
+                log_terminal_density(psi, ref, y, T, outer=outer, inner=GH60),
+                log_terminal_density(shifted, ref, y, T, outer=outer, inner=GH60),
+            )
+        )
     out.append((doob_drift(psi, ref, T, GH60)(0.3, x), doob_drift(shifted, ref, T, GH60)(0.3, x)))
     loss = SBNLLLoss(ref, T, num_sources=32, num_inner=8, penalty=0.0)
     out.append((loss(psi, Y, k), loss(shifted, Y, k)))
@@ -111,8 +115,10 @@ def test_e1_agrees_with_e2(mlp_psi, getkey):
         e2 = log_terminal_density(mlp_psi, ref, y, T, outer=GH60, inner=GH60)
         e1 = log_terminal_density(mlp_psi, ref, y, T, outer=bank, inner=GH60)
         # SE of log(mean r_i) ~ sd(r) / (mean(r) sqrt(N)), r_i = q_T(y | x_i) / h(x_i, 0).
-        r = jnp.exp(jax.scipy.stats.norm.logpdf(y[0], ref.decay(T) * bank[:, 0],
-                                                jnp.sqrt(ref.cov(T)[0, 0])) - lh)
+        r = jnp.exp(
+            jax.scipy.stats.norm.logpdf(y[0], ref.decay(T) * bank[:, 0], jnp.sqrt(ref.cov(T)[0, 0]))
+            - lh
+        )
         se = jnp.std(r) / (jnp.mean(r) * jnp.sqrt(N))
         assert abs(float(e1 - e2)) < 3 * float(se)
 
@@ -125,8 +131,12 @@ def _gmm_case(x):
     gh = gauss_hermite(2, 40)
     atoms = AtomicLogPotential(gmm.log_alpha, gmm.mu)
     point_mass = GMMLogPotential(gmm.log_alpha, gmm.mu, jnp.zeros_like(chol))
-    return (log_h(gmm, ref, x, 0.4, T), log_h(gmm, ref, x, 0.4, T, gh),
-            log_h(atoms, ref, x, 0.4, T), log_h(point_mass, ref, x, 0.4, T))
+    return (
+        log_h(gmm, ref, x, 0.4, T),
+        log_h(gmm, ref, x, 0.4, T, gh),
+        log_h(atoms, ref, x, 0.4, T),
+        log_h(point_mass, ref, x, 0.4, T),
+    )
 
 
 def test_gmm_and_atomic_closed_forms():
@@ -160,8 +170,18 @@ def test_fit_quadratic_recovers_gaussian(getkey):
     ref, T = OUReference(1), 1.0
     Y = 1.2 + 0.4 * jr.normal(getkey(), (2000, 1))
     psi0 = QuadraticLogPotential(jnp.zeros((1, 1)), jnp.zeros(1))
-    res = fit_log_potential(getkey(), psi0, Y, ref=ref, T=T, num_steps=300, batch_size=256,
-                            num_sources=256, learning_rate=5e-2, progress=False)
+    res = fit_log_potential(
+        getkey(),
+        psi0,
+        Y,
+        ref=ref,
+        T=T,
+        num_steps=300,
+        batch_size=256,
+        num_sources=256,
+        learning_rate=5e-2,
+        progress=False,
+    )
     assert res.losses.shape == (300,) and np.all(np.isfinite(res.losses))
     m_hat, S_hat = quadratic_terminal_law(res.model, ref, T)
     kl = gaussian_kl(jnp.array([1.2]), jnp.array([[0.16]]), m_hat, S_hat)
@@ -176,8 +196,18 @@ def test_fit_log_potential_steps():
     ref, T = OUReference(1), 1.0
     Y = 1.2 + 0.4 * jr.normal(jr.key(1), (32, 1))
     psi0 = QuadraticLogPotential(jnp.zeros((1, 1)), jnp.zeros(1))
-    res = fit_log_potential(jr.key(2), psi0, Y, ref=ref, T=T, num_steps=20, batch_size=16,
-                            num_sources=16, learning_rate=5e-2, progress=False)
+    res = fit_log_potential(
+        jr.key(2),
+        psi0,
+        Y,
+        ref=ref,
+        T=T,
+        num_steps=20,
+        batch_size=16,
+        num_sources=16,
+        learning_rate=5e-2,
+        progress=False,
+    )
     assert res.losses.shape == (20,) and np.all(np.isfinite(res.losses))
     assert float(np.mean(res.losses[-5:])) < float(np.mean(res.losses[:5]))  # it learns
 
@@ -187,8 +217,18 @@ def test_mlp_training_step(getkey):
     ref, T = OUReference(2), 1.0
     psi = BoundedMLPLogPotential(2, 8, 1, key=getkey(), ref=ref)
     Y = jr.normal(getkey(), (32, 2)) + 1.0
-    res = fit_log_potential(getkey(), psi, Y, ref=ref, T=T, num_steps=3, batch_size=8,
-                            num_sources=8, num_inner=4, progress=False)
+    res = fit_log_potential(
+        getkey(),
+        psi,
+        Y,
+        ref=ref,
+        T=T,
+        num_steps=3,
+        batch_size=8,
+        num_sources=8,
+        num_inner=4,
+        progress=False,
+    )
     assert np.all(np.isfinite(res.losses))
     assert float(res.model(jnp.array([50.0, 0.0]))) < 0  # quadratic confinement
 
@@ -197,8 +237,15 @@ def test_mlp_training_step(getkey):
 def test_mlp_potential_samples(getkey):
     ref, T = OUReference(2), 1.0
     psi = BoundedMLPLogPotential(2, 8, 1, key=getkey(), ref=ref)
-    X = sample_bridge(getkey(), psi, ref, T, jr.normal(getkey(), (4, 2)), num_steps=5,
-                      quad=monte_carlo(getkey(), 2, 4))
+    X = sample_bridge(
+        getkey(),
+        psi,
+        ref,
+        T,
+        jr.normal(getkey(), (4, 2)),
+        num_steps=5,
+        quad=monte_carlo(getkey(), 2, 4),
+    )
     assert X.shape == (4, 2) and bool(jnp.all(jnp.isfinite(X)))
 
 
@@ -210,8 +257,13 @@ def _f32_case(b, Sigma, Lam, eta, x):
 
 
 def test_float32_dtype_preserved():
-    out = _f32_case(jnp.float32(1.0), jnp.float32(2.0), jnp.ones((1, 1), jnp.float32),
-                    jnp.ones(1, jnp.float32), jnp.ones(1, jnp.float32))
+    out = _f32_case(
+        jnp.float32(1.0),
+        jnp.float32(2.0),
+        jnp.ones((1, 1), jnp.float32),
+        jnp.ones(1, jnp.float32),
+        jnp.ones(1, jnp.float32),
+    )
     assert out.dtype == jnp.float32
 
 
@@ -234,10 +286,12 @@ def test_bad_inputs():
     psi = QuadraticLogPotential(jnp.ones((1, 1)), jnp.zeros(1))
     # shape-only module: the type checks need no weights (and no compile)
     mlp = eqx.filter_eval_shape(lambda key: BoundedMLPLogPotential(1, 4, 1, key=key), jr.key(0))
-    for call in (lambda: log_h(psi, ref, jnp.zeros(1), 0.0, -1.0),
-                 lambda: doob_drift(psi, ref, 0.0),
-                 lambda: log_terminal_density(psi, ref, jnp.zeros(1), 0.0, outer=GH60),
-                 lambda: sample_bridge(jr.key(0), psi, ref, -1.0, jnp.zeros((2, 1)))):
+    for call in (
+        lambda: log_h(psi, ref, jnp.zeros(1), 0.0, -1.0),
+        lambda: doob_drift(psi, ref, 0.0),
+        lambda: log_terminal_density(psi, ref, jnp.zeros(1), 0.0, outer=GH60),
+        lambda: sample_bridge(jr.key(0), psi, ref, -1.0, jnp.zeros((2, 1))),
+    ):
         with pytest.raises(ValueError, match="horizon"):
             call()
     with pytest.raises(ValueError, match="`T` must be > 0"):

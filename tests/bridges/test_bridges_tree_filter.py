@@ -22,7 +22,6 @@ from jaxgen.bridges import (
     pullback,
 )
 
-
 TOPO = TreeTopology.balanced(3, branch_length=0.4)
 N, D = TOPO.num_nodes, 2
 C = jnp.array([[1.0, 0.5]])
@@ -113,8 +112,10 @@ def _evidence_case(kern, y, R):
     root = _root(backward_filter(TOPO, y, kern, C=C, R=R))
     prior = (X0, 0.5 * jnp.eye(D))
     out = (log_evidence(root, x_root=X0), log_evidence(root, prior=prior))
-    refs = (dense_tree_smoother(TOPO, kern, y, C=C, R=R, x_root=X0)[2],
-            dense_tree_smoother(TOPO, kern, y, C=C, R=R, prior=prior)[2])
+    refs = (
+        dense_tree_smoother(TOPO, kern, y, C=C, R=R, x_root=X0)[2],
+        dense_tree_smoother(TOPO, kern, y, C=C, R=R, prior=prior)[2],
+    )
     return out, refs
 
 
@@ -142,8 +143,9 @@ def test_filter_gradient_in_observations(getkey):
 
 
 def _filter_sde(proxy, y, method, rtol=1e-8):
-    return backward_filter(TOPO, y, proxy, C=C, R=R, method=method, num_steps=8, rtol=rtol,
-                           atol=1e-11)
+    return backward_filter(
+        TOPO, y, proxy, C=C, R=R, method=method, num_steps=8, rtol=rtol, atol=1e-11
+    )
 
 
 _filter_sde_jit = eqx.filter_jit(_filter_sde)
@@ -228,8 +230,9 @@ def test_lg_sde_to_discrete_ou_closed_form():
     Phi, b, Q = _van_loan_case(-jnp.diag(k), k * mu, jnp.diag(s2), jnp.asarray(tau))
     np.testing.assert_allclose(Phi, jnp.diag(jnp.exp(-k * tau)), atol=1e-12)
     np.testing.assert_allclose(b, mu * (1 - jnp.exp(-k * tau)), rtol=1e-10)
-    np.testing.assert_allclose(Q, jnp.diag(s2 * (1 - jnp.exp(-2 * k * tau)) / (2 * k)),
-                               rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(
+        Q, jnp.diag(s2 * (1 - jnp.exp(-2 * k * tau)) / (2 * k)), rtol=1e-10, atol=1e-14
+    )
 
 
 def test_filter_bad_input(getkey):

@@ -24,7 +24,6 @@ from jaxgen.bridges import (
     path_loss,
 )
 
-
 TOPO = TreeTopology.balanced(2, branch_length=0.5)
 N = TOPO.num_nodes
 PHI = jnp.array([[0.9, 0.2], [-0.1, 0.8]])
@@ -162,8 +161,15 @@ def test_fit_discrete_flow_is_exact_fixed_point():
     # With an exact proxy the posterior is the guided kernel (identity flow, KL = 0): from a
     # perturbed flow, training must bring the loss (= KL up to a constant 0) down.
     gt, _ = _disc_tree()
-    res = fit_nbffg(jr.key(1), gt, _random_flow(jr.key(4)), num_steps=60, mode="path",
-                    batch_size=2, progress=False)
+    res = fit_nbffg(
+        jr.key(1),
+        gt,
+        _random_flow(jr.key(4)),
+        num_steps=60,
+        mode="path",
+        batch_size=2,
+        progress=False,
+    )
     assert res.losses.shape == (60,) and np.all(np.isfinite(res.losses))
     assert float(np.mean(res.losses[-10:])) < float(np.mean(res.losses[:10]))
 
@@ -193,15 +199,19 @@ def _sde_tree(drift):
     a = jnp.full((N, 1, 1), SIG**2)
     px = LinearSDEs(jnp.zeros((N, 1, 1)), jnp.zeros((N, 1)), a, a)
     filt = _filter(TOPO, Y1, px, R=R1, num_steps=K)
-    return GuidedTree(topo=TOPO, model=TreeSDE(drift, _sde_sigma), filt=filt, proxy=px,
-                      x_root=jnp.zeros(1))
+    return GuidedTree(
+        topo=TOPO, model=TreeSDE(drift, _sde_sigma), filt=filt, proxy=px, x_root=jnp.zeros(1)
+    )
 
 
 @eqx.filter_jit
 def _sde_is_vs_dense(key, gt, m):
     out = importance_sample(key, gt, m)
-    kern = LinearKernels(jnp.ones((N, 1, 1)), jnp.zeros((N, 1)),
-                         SIG**2 * jnp.asarray(TOPO.branch_length)[:, None, None])
+    kern = LinearKernels(
+        jnp.ones((N, 1, 1)),
+        jnp.zeros((N, 1)),
+        SIG**2 * jnp.asarray(TOPO.branch_length)[:, None, None],
+    )
     means, covs, logev = dense_tree_smoother(TOPO, kern, Y1, R=R1, x_root=jnp.zeros(1))
     return out._replace(states=out.states[:1]), means, covs, logev
 
@@ -275,10 +285,17 @@ def test_path_subsampling_is_unbiased():
     paths = jax.jit(jax.vmap(lambda k, lf: path_loss(k, gt, lf, ctrl)))(keys2, leaves)
     se = jnp.sqrt(jnp.var(fulls) / M + jnp.var(paths) / M)
     assert abs(float(jnp.mean(fulls) - jnp.mean(paths))) <= 3 * float(se)
-    grad_full = eqx.filter_grad(lambda c: jnp.mean(jax.vmap(
-        lambda k: jnp.sum(guided_sample(k, gt, c).train_loss))(keys[:1000])))(ctrl)
-    grad_path = eqx.filter_grad(lambda c: jnp.mean(jax.vmap(
-        lambda k, lf: path_loss(k, gt, lf, c))(keys2[:1000], leaves[:1000])))(ctrl)
+    grad_full = eqx.filter_grad(
+        lambda c: jnp.mean(
+            jax.vmap(lambda k: jnp.sum(guided_sample(k, gt, c).train_loss))(keys[:1000])
+        )
+    )(ctrl)
+    grad_path = eqx.filter_grad(
+        lambda c: jnp.mean(
+            jax.vmap(lambda k, lf: path_loss(k, gt, lf, c))(keys2[:1000], leaves[:1000])
+        )
+    )(ctrl)
+
     def flat(g):
         return jnp.concatenate([x.ravel() for x in jax.tree_util.tree_leaves(g)])
 
@@ -301,12 +318,16 @@ def test_fit_nbffg_full_mode_improves_elbo():
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=(
-    "known shortfall: path mode shares one tree draw across its B leaves (per-edge keys), so a "
-    "step's gradient comes from a single draw; at lr 1e-3 that noise makes the IS ELBO worse "
-    "than BFFG's (-2.818 vs -2.709; full mode with one draw per step: -2.881, with eight: "
-    "-2.663). Independent per-leaf draws were tried and do not fix it (B = 2: -2.819, B = 4: "
-    "-2.732); more draws per step or a variance-reduced gradient are the candidates."))
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "known shortfall: path mode shares one tree draw across its B leaves (per-edge keys), so a "
+        "step's gradient comes from a single draw; at lr 1e-3 that noise makes the IS ELBO worse "
+        "than BFFG's (-2.818 vs -2.709; full mode with one draw per step: -2.881, with eight: "
+        "-2.663). Independent per-leaf draws were tried and do not fix it (B = 2: -2.819, B = 4: "
+        "-2.732); more draws per step or a variance-reduced gradient are the candidates."
+    ),
+)
 def test_fit_nbffg_path_mode_improves_elbo():
     gt = _sde_tree(_sde_drift_dw)
     ctrl0 = ControlNet(1, 1, 32, 2, key=jr.key(0))
@@ -325,8 +346,9 @@ def test_guided_bad_input():
     gt, kern = _disc_tree()
     sgt = eqx.filter_eval_shape(_sde_tree.__wrapped__, _sde_drift_dw)  # shapes suffice
     with pytest.raises(TypeError, match="must agree"):
-        GuidedTree(topo=TOPO, model=TreeSDE(_sde_drift_dw, _sde_sigma), filt=gt.filt, proxy=kern,
-                   x_root=X0)
+        GuidedTree(
+            topo=TOPO, model=TreeSDE(_sde_drift_dw, _sde_sigma), filt=gt.filt, proxy=kern, x_root=X0
+        )
     with pytest.raises(ValueError, match="`x_root` must have shape"):
         GuidedTree(topo=TOPO, model=gt.model, filt=gt.filt, proxy=kern, x_root=jnp.zeros(3))
     with pytest.raises(TypeError, match="`control` must be a ResidualFlow"):

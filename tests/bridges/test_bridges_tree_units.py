@@ -20,10 +20,10 @@ from scipy import stats
 
 from jaxgen.bridges import (
     Canonical,
+    ControlNet,
     GuidedTree,
     LinearKernels,
     LinearSDEs,
-    ControlNet,
     TreeSDE,
     TreeTopology,
     full_tree_loss,
@@ -38,13 +38,13 @@ from jaxgen.bridges import (
 
 from .test_bridges_tree_guided import (
     BETA,
-    C,
     PHI,
     QM,
     TOPO,
     X0,
-    Y,
+    C,
     R,
+    Y,
     _disc_tree,
     _filter,
     _shape_only,
@@ -88,7 +88,7 @@ def _np_tree_posterior_mean(parent, Phi, beta, Q, Cm, Rm, y, x_root):
     m = Cm.shape[0]
     G = np.zeros((len(leaves) * m, n * d))
     for i, v in enumerate(leaves):
-        G[i * m:(i + 1) * m, v * d:(v + 1) * d] = Cm
+        G[i * m : (i + 1) * m, v * d : (v + 1) * d] = Cm
     Syy = G @ S @ G.T + np.kron(np.eye(len(leaves)), Rm)
     post = mean.reshape(-1) + S @ G.T @ np.linalg.solve(Syy, y.reshape(-1) - G @ mean.reshape(-1))
     return post.reshape(n, d)
@@ -213,8 +213,12 @@ def test_proxy_posterior_mean_discrete_equals_dense_conditioning():
     gt, kern = _disc_tree()
     got = _posterior_means(gt)
     ref = _np_tree_posterior_mean(
-        TOPO.parent, *(np.broadcast_to(a, (N, *a.shape)) for a in (PHI, BETA, QM)),
-        np.asarray(C), np.asarray(R), np.asarray(Y), np.asarray(X0),
+        TOPO.parent,
+        *(np.broadcast_to(a, (N, *a.shape)) for a in (PHI, BETA, QM)),
+        np.asarray(C),
+        np.asarray(R),
+        np.asarray(Y),
+        np.asarray(X0),
     )
     assert got.shape == (N, 2)
     np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-12)
@@ -230,17 +234,23 @@ def test_proxy_posterior_mean_driftless_sde_equals_dense_conditioning():
     # proxy_posterior_mean reads only the node messages; those of the closed-form SDE filter
     # are the pullbacks through N(x, Q) (checked in test_bridges_tree_filter), so the discrete
     # filter (already compiled) supplies them; the guiding-grid rows are unused placeholders.
-    kern = LinearKernels(jnp.broadcast_to(jnp.eye(2), (N, 2, 2)), jnp.zeros((N, 2)),
-                         jnp.asarray(Q))
+    kern = LinearKernels(jnp.broadcast_to(jnp.eye(2), (N, 2, 2)), jnp.zeros((N, 2)), jnp.asarray(Q))
     disc = _filter(TOPO, Y, kern, C=C, R=R)
     filt = disc._replace(H_t=jnp.zeros((N, 3, 2, 2)), F_t=jnp.zeros((N, 3, 2)))
     px = LinearSDEs(jnp.zeros((N, 2, 2)), jnp.zeros((N, 2)), jnp.asarray(a0), jnp.asarray(a1))
-    gt = GuidedTree(topo=TOPO, model=TreeSDE(_sde_dummy_drift, _sde_dummy_sigma), filt=filt,
-                    proxy=px, x_root=X0)
+    gt = GuidedTree(
+        topo=TOPO, model=TreeSDE(_sde_dummy_drift, _sde_dummy_sigma), filt=filt, proxy=px, x_root=X0
+    )
     got = _posterior_means(gt)
     ref = _np_tree_posterior_mean(
-        TOPO.parent, np.broadcast_to(np.eye(2), (N, 2, 2)), np.zeros((N, 2)), Q,
-        np.asarray(C), np.asarray(R), np.asarray(Y), np.asarray(X0),
+        TOPO.parent,
+        np.broadcast_to(np.eye(2), (N, 2, 2)),
+        np.zeros((N, 2)),
+        Q,
+        np.asarray(C),
+        np.asarray(R),
+        np.asarray(Y),
+        np.asarray(X0),
     )
     np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-12)
 
@@ -336,15 +346,18 @@ def test_simulate_tree_linear_sde_moments():
     xs = np.asarray(_simulate_many(jr.key(0), m))
     assert xs.shape == (m, 4, 2)
     np.testing.assert_array_equal(xs[:, 0], np.broadcast_to(SIM_X0, (m, 2)))
-    (M1, b1, P1), (M2, b2, P2), (M3, b3, P3) = (_euler_edge(SIM_TOPO.branch_length[v])
-                                                for v in (1, 2, 3))
+    (M1, b1, P1), (M2, b2, P2), (M3, b3, P3) = (
+        _euler_edge(SIM_TOPO.branch_length[v]) for v in (1, 2, 3)
+    )
     mu1 = M1 @ SIM_X0 + b1
     mean = np.concatenate([mu1, M2 @ mu1 + b2, M3 @ mu1 + b3])
-    cov = np.block([
-        [P1, P1 @ M2.T, P1 @ M3.T],
-        [M2 @ P1, M2 @ P1 @ M2.T + P2, M2 @ P1 @ M3.T],
-        [M3 @ P1, M3 @ P1 @ M2.T, M3 @ P1 @ M3.T + P3],
-    ])
+    cov = np.block(
+        [
+            [P1, P1 @ M2.T, P1 @ M3.T],
+            [M2 @ P1, M2 @ P1 @ M2.T + P2, M2 @ P1 @ M3.T],
+            [M3 @ P1, M3 @ P1 @ M2.T, M3 @ P1 @ M3.T + P3],
+        ]
+    )
     z = xs[:, 1:].reshape(m, 6)
     sd = np.sqrt(np.diag(cov))
     np.testing.assert_array_less(np.abs(z.mean(0) - mean), 4 * sd / np.sqrt(m))
@@ -353,8 +366,7 @@ def test_simulate_tree_linear_sde_moments():
     se = np.sqrt((np.outer(sd**2, sd**2) + cov**2) / m)
     np.testing.assert_array_less(np.abs(emp - cov), 4 * se)
     with pytest.raises(ValueError, match="`num_steps` must be an int >= 1, got 0"):
-        simulate_tree(jr.key(0), SIM_TOPO, TreeSDE(_sim_drift, _sim_sigma),
-                      jnp.asarray(SIM_X0), 0)
+        simulate_tree(jr.key(0), SIM_TOPO, TreeSDE(_sim_drift, _sim_sigma), jnp.asarray(SIM_X0), 0)
 
 
 # -- full_tree_loss --------------------------------------------------------------------------

@@ -3,8 +3,8 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from jaxgen.confseq._checks import check_m, check_weights, check_x
 from jaxgen.confseq import betting_cs, confidence_region, excluded_path, log_wealth
+from jaxgen.confseq._checks import check_m, check_weights, check_x
 
 X = jnp.full((10, 2), 0.5)
 M = jnp.array([0.5, 0.5])

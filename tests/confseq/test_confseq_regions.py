@@ -62,7 +62,9 @@ def test_max_wealth_equals_bonferroni(regions):
 def test_set_relations(regions):
     for i, r in enumerate(regions):
         b = r["bonf"]
-        assert jnp.all(r["box"].lower >= b.lower - 1e-12) and jnp.all(r["box"].upper <= b.upper + 1e-12)
+        assert jnp.all(r["box"].lower >= b.lower - 1e-12) and jnp.all(
+            r["box"].upper <= b.upper + 1e-12
+        )
         width = b.upper - b.lower
         u = jr.uniform(jr.key(100 + i), (4000, D))
         pts = (b.lower - 0.05 * width)[None, :] + u * 1.1 * width[None, :]

@@ -23,8 +23,9 @@ def decay_at(y0, rate, ts):
 def test_solve_ode_adaptive_matches_exponential():
     ts = jnp.array([0.25, 0.5, 1.0])
     ys = decay_at(jnp.array([1.0, 2.0]), 1.5, ts)
-    np.testing.assert_allclose(ys, np.exp(-1.5 * np.asarray(ts))[:, None] * np.array([1.0, 2.0]),
-                               rtol=1e-8)
+    np.testing.assert_allclose(
+        ys, np.exp(-1.5 * np.asarray(ts))[:, None] * np.array([1.0, 2.0]), rtol=1e-8
+    )
 
 
 def test_solve_ode_fixed_euler_steps_are_exact_recursion():
@@ -36,8 +37,9 @@ def test_solve_ode_fixed_euler_steps_are_exact_recursion():
 
 def test_solve_ode_pytree_state_harmonic_oscillator():
     field = lambda t, y, args: {"q": y["p"], "p": -y["q"]}  # noqa: E731
-    sol = solve_ode(field, {"q": jnp.array(1.0), "p": jnp.array(0.0)}, t1=np.pi / 2, rtol=1e-10,
-                    atol=1e-10)
+    sol = solve_ode(
+        field, {"q": jnp.array(1.0), "p": jnp.array(0.0)}, t1=np.pi / 2, rtol=1e-10, atol=1e-10
+    )
     np.testing.assert_allclose(sol.ys["q"][-1], 0.0, atol=1e-8)
     np.testing.assert_allclose(sol.ys["p"][-1], -1.0, atol=1e-8)
 

@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 
 from jaxgen.data import (
+    MissingDataError,
     extract_patches,
     load_digits,
     load_sample_images,
     load_skimage_grey,
-    MissingDataError,
 )
 
 
@@ -52,7 +52,7 @@ def test_extract_patches_are_image_windows():
     assert P.shape == (50, 4, 4)
     for p in P[:5]:
         r, c = divmod(int(p[0, 0]), 30)
-        np.testing.assert_array_equal(p, image[r:r + 4, c:c + 4])
+        np.testing.assert_array_equal(p, image[r : r + 4, c : c + 4])
     np.testing.assert_array_equal(P, extract_patches(image, 4, key=jr.key(0), num=50))
     with pytest.raises(ValueError, match="`image` must be 2-D"):
         extract_patches(np.zeros((3, 4, 5)), 2, key=jr.key(0), num=1)

@@ -69,8 +69,9 @@ def test_fista_lasso_matches_sklearn(small):
     R0 = jnp.zeros((8, 300))
     sklearn = pytest.importorskip("sklearn.decomposition")
     R = fista_codes(X, D, R0, 0.1, 0.0, active, num_steps=200)
-    ref = sklearn.sparse_encode(np.asarray(X.T), np.asarray(D.T), algorithm="lasso_cd",
-                                alpha=0.1, max_iter=5000).T
+    ref = sklearn.sparse_encode(
+        np.asarray(X.T), np.asarray(D.T), algorithm="lasso_cd", alpha=0.1, max_iter=5000
+    ).T
     f, f_ref = (float(padl_objective(X, D, r, 0.1, 0.0)) for r in (R, jnp.asarray(ref)))
     assert f <= f_ref * (1 + 1e-5)
 
@@ -84,8 +85,9 @@ def test_masks_equal_compacted_dictionary(small):
     D = unit(X[:, :8])
     active = jnp.asarray(MASK)
     R = fista_codes(X, D, jnp.ones((8, 300)), 0.1, 0.3, active, num_steps=30)
-    R_c = fista_codes(X, D[:, active], jnp.ones((5, 300)), 0.1, 0.3, jnp.ones(5, bool),
-                      num_steps=30)
+    R_c = fista_codes(
+        X, D[:, active], jnp.ones((5, 300)), 0.1, 0.3, jnp.ones(5, bool), num_steps=30
+    )
     np.testing.assert_allclose(R[active], R_c, rtol=1e-9, atol=1e-12)
 
 
@@ -109,7 +111,8 @@ def test_storage_bits_formula():
     R[3, [0, 3]] = 0.5  # |A| = 3, nnz = 6
     assert storage_bits(R, dim=64, bits=32) == 32 * 64 * 3 + (32 + 2) * 6
     assert storage_bits(R, dim=8, bits=16, active=np.array([1, 1, 1, 1, 0], bool)) == (
-        16 * 8 * 4 + (16 + 2) * 6)
+        16 * 8 * 4 + (16 + 2) * 6
+    )
     assert storage_bits(np.zeros((3, 2)), dim=4) == 0
     with pytest.raises(TypeError, match="codes"):  # the jaxtyping annotation rejects it first
         storage_bits(np.zeros(3), dim=4)
@@ -127,8 +130,11 @@ def test_estimate_hyperparameters_by_hand(small):
     beta = np.abs(Rn).sum() / (n_act * 300)  # Laplace MLE over all entries of active rows
     rho = 7 / 8
     lam0 = sigma2 * (16 * 12 * math.log(2) + math.log((1 - rho) / rho))
-    np.testing.assert_allclose([hp["sigma2"], hp["beta"], hp["rho"], hp["lam1"], hp["lam0"]],
-                               [sigma2, beta, rho, sigma2 / beta, lam0], rtol=1e-10)
+    np.testing.assert_allclose(
+        [hp["sigma2"], hp["beta"], hp["rho"], hp["lam1"], hp["lam0"]],
+        [sigma2, beta, rho, sigma2 / beta, lam0],
+        rtol=1e-10,
+    )
     with pytest.raises(ValueError, match="empty dictionary"):
         estimate_hyperparameters(X, D, jnp.zeros_like(R))
 
@@ -136,18 +142,21 @@ def test_estimate_hyperparameters_by_hand(small):
 def test_planted_small_count_penalty(small):
     """Check 6 at test scale: the count penalty keeps exactly the planted atoms; lasso keeps all."""
     X, D_true = small
-    lasso = fit_padl(X, 8, key=jr.key(1), hyper={"lam1": 0.1, "lam0": 0.0}, max_steps=15,
-                     warmup_steps=0)
-    padl = fit_padl(X, 8, key=jr.key(1), hyper={"lam1": 0.1, "lam0": 10.0}, max_steps=25,
-                    warmup_steps=5)
+    lasso = fit_padl(
+        X, 8, key=jr.key(1), hyper={"lam1": 0.1, "lam0": 0.0}, max_steps=15, warmup_steps=0
+    )
+    padl = fit_padl(
+        X, 8, key=jr.key(1), hyper={"lam1": 0.1, "lam0": 10.0}, max_steps=25, warmup_steps=5
+    )
     assert lasso.num_active == 8
     assert 5 <= padl.num_active <= 6
     assert recovery(D_true, padl.dictionary[:, padl.active]) >= 0.95
     # check 4: no step of any iteration raises the objective (lambdas fixed within an iteration),
     # and after the ramp the sequence is monotone across iterations too.
     h = padl.history
-    seq = np.stack([h["objective_start"], h["objective_r"], h["objective_prune"],
-                    h["objective"]], 1)
+    seq = np.stack(
+        [h["objective_start"], h["objective_r"], h["objective_prune"], h["objective"]], 1
+    )
     assert np.all(np.diff(seq, axis=1) <= 1e-9 * np.abs(seq[:, :-1]))
     after = seq[10:].ravel()
     assert np.all(np.diff(after) <= 1e-9 * np.abs(after[:-1]))
@@ -163,11 +172,26 @@ def test_reduction_to_lasso_dl_matches_sklearn(small):
     decomposition = pytest.importorskip("sklearn.decomposition")
     X, _ = small
     D0 = unit(X[:, 10:18])
-    res = fit_padl(X, 8, key=jr.key(0), hyper={"lam1": 0.2, "lam0": 0.0}, max_steps=50,
-                   warmup_steps=0, dictionary_init=D0, tol=0.0)
+    res = fit_padl(
+        X,
+        8,
+        key=jr.key(0),
+        hyper={"lam1": 0.2, "lam0": 0.0},
+        max_steps=50,
+        warmup_steps=0,
+        dictionary_init=D0,
+        tol=0.0,
+    )
     code, dictionary, errors = decomposition.dict_learning(
-        np.asarray(X.T), 8, alpha=0.2, method="cd", max_iter=50, dict_init=np.asarray(D0.T),
-        code_init=np.zeros((300, 8)), random_state=0)
+        np.asarray(X.T),
+        8,
+        alpha=0.2,
+        method="cd",
+        max_iter=50,
+        dict_init=np.asarray(D0.T),
+        code_init=np.zeros((300, 8)),
+        random_state=0,
+    )
     ours = float(padl_objective(X, res.dictionary, res.codes, 0.2, 0.0))
     assert abs(ours - errors[-1]) <= 0.05 * errors[-1]
 
@@ -176,8 +200,7 @@ def test_path_is_monotone_and_selects_plateau(small):
     """Check 7: |A| does not rise along the lambda_0 path (warm starts, no re-initialisation)."""
     X, _ = small
     grid = np.array([0.3, 1.0, 3.0, 6.0, 12.0])
-    res = fit_padl(X, 8, key=jr.key(1), hyper="path", path_grid=grid, path_steps=8,
-                   warmup_steps=5)
+    res = fit_padl(X, 8, key=jr.key(1), hyper="path", path_grid=grid, path_steps=8, warmup_steps=5)
     counts = res.path["num_active"]
     assert np.sum(np.diff(counts) > 0) <= 1 and np.all(np.diff(counts) <= 1)
     assert res.path["lam0"][res.path["selected"]] == res.hyperparameters["lam0"]
@@ -202,8 +225,7 @@ def test_objective_gradient_and_jit(small):
     D = unit(X[:, :8])
     R = jnp.asarray(np.random.default_rng(3).standard_normal((8, 300)))
     f = jax.jit(lambda D: padl_objective(X, D, R, 0.1, 1.0, penalty="linf"))
-    np.testing.assert_allclose(f(D), padl_objective(X, D, R, 0.1, 1.0, penalty="linf"),
-                               rtol=1e-12)
+    np.testing.assert_allclose(f(D), padl_objective(X, D, R, 0.1, 1.0, penalty="linf"), rtol=1e-12)
     from jax.test_util import check_grads
 
     check_grads(f, (D,), order=1, modes=["rev"])
@@ -251,8 +273,9 @@ def test_bad_inputs(small):
 
 def test_result_flag(small):
     X, _ = small
-    res = fit_padl(X, 8, key=jr.key(0), hyper={"lam1": 0.2, "lam0": 0.0}, max_steps=3,
-                   warmup_steps=0, tol=0.0)
+    res = fit_padl(
+        X, 8, key=jr.key(0), hyper={"lam1": 0.2, "lam0": 0.0}, max_steps=3, warmup_steps=0, tol=0.0
+    )
     assert res.result == RESULTS.max_steps_reached and res.num_steps == 3
     assert res.codes.dtype == X.dtype and res.compact()[0].shape == (12, res.num_active)
 

@@ -1,6 +1,5 @@
 import jax
 import jax.numpy as jnp
-import jax.random as jr
 import numpy as np
 import pytest
 import scipy.optimize
@@ -17,12 +16,19 @@ from jaxgen.dictionary import (
 def _brute_l1_ball(v, z):
     # min 1/2||x - v||^2 s.t. sum p <= z, -p <= x <= p (smooth QP, SLSQP)
     n = v.size
-    cons = [{"type": "ineq", "fun": lambda w: z - w[n:].sum()},
-            {"type": "ineq", "fun": lambda w: w[n:] - w[:n]},
-            {"type": "ineq", "fun": lambda w: w[n:] + w[:n]}]
+    cons = [
+        {"type": "ineq", "fun": lambda w: z - w[n:].sum()},
+        {"type": "ineq", "fun": lambda w: w[n:] - w[:n]},
+        {"type": "ineq", "fun": lambda w: w[n:] + w[:n]},
+    ]
     w0 = np.zeros(2 * n)
-    out = scipy.optimize.minimize(lambda w: 0.5 * np.sum((w[:n] - v) ** 2), w0, constraints=cons,
-                                  method="SLSQP", options={"ftol": 1e-14, "maxiter": 500})
+    out = scipy.optimize.minimize(
+        lambda w: 0.5 * np.sum((w[:n] - v) ** 2),
+        w0,
+        constraints=cons,
+        method="SLSQP",
+        options={"ftol": 1e-14, "maxiter": 500},
+    )
     return out.x[:n]
 
 
@@ -31,15 +37,18 @@ def _brute_l1_linf(v, t1, t2):
     n = v.size
 
     def f(w):
-        return 0.5 * np.sum((w[:n] - v) ** 2) + t1 * np.sum(w[n:2 * n]) + t2 * w[-1]
+        return 0.5 * np.sum((w[:n] - v) ** 2) + t1 * np.sum(w[n : 2 * n]) + t2 * w[-1]
 
-    cons = [{"type": "ineq", "fun": lambda w: w[n:2 * n] - w[:n]},
-            {"type": "ineq", "fun": lambda w: w[n:2 * n] + w[:n]},
-            {"type": "ineq", "fun": lambda w: w[-1] - w[:n]},
-            {"type": "ineq", "fun": lambda w: w[-1] + w[:n]}]
+    cons = [
+        {"type": "ineq", "fun": lambda w: w[n : 2 * n] - w[:n]},
+        {"type": "ineq", "fun": lambda w: w[n : 2 * n] + w[:n]},
+        {"type": "ineq", "fun": lambda w: w[-1] - w[:n]},
+        {"type": "ineq", "fun": lambda w: w[-1] + w[:n]},
+    ]
     w0 = np.concatenate([v, np.abs(v), [np.abs(v).max()]])
-    out = scipy.optimize.minimize(f, w0, constraints=cons, method="SLSQP",
-                                  options={"ftol": 1e-15, "maxiter": 1000})
+    out = scipy.optimize.minimize(
+        f, w0, constraints=cons, method="SLSQP", options={"ftol": 1e-15, "maxiter": 1000}
+    )
     return out.x[:n]
 
 
@@ -82,6 +91,7 @@ def test_prox_l1_linf_matches_joint_brute_force(getkey):
         v = np.asarray(_normal(getkey, (5,)))
         w = np.asarray(_linf(jnp.asarray(v), t1, t2))
         np.testing.assert_allclose(w, _brute_l1_linf(v, t1, t2), atol=1e-5)
+
         # Prox fixed point: w = prox(w + (v - w)) trivially; check optimality of the composition:
         # the objective at w is below that at random perturbations.
         def obj(x):
@@ -107,13 +117,15 @@ def test_prox_jit_eager_vmap_grad(getkey):
     V = _normal(getkey, (3, 6))
     # eager == jit once (on the count prox: the l1-ball sort costs many eager compiles);
     # vmap == a loop of jitted calls
-    np.testing.assert_allclose(prox_row_l1_count(V[0], 0.2, 0.7), _count(V[0], 0.2, 0.7),
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        prox_row_l1_count(V[0], 0.2, 0.7), _count(V[0], 0.2, 0.7), rtol=1e-12
+    )
     loop = jnp.stack([_linf(v, 0.2, 0.7) for v in V])
     batched = jax.jit(jax.vmap(prox_row_l1_linf, in_axes=(0, None, None)))(V, 0.2, 0.7)
     np.testing.assert_allclose(batched, loop, rtol=1e-12)
-    check_grads(jax.jit(lambda v: prox_row_l1_linf(v, 0.2, 0.7)), (V[1],), order=1,
-                modes=["rev"], eps=1e-6)
+    check_grads(
+        jax.jit(lambda v: prox_row_l1_linf(v, 0.2, 0.7)), (V[1],), order=1, modes=["rev"], eps=1e-6
+    )
 
 
 def test_prox_float32_preserved():
@@ -126,5 +138,6 @@ def test_bad_penalty_message():
     from jaxgen.dictionary import padl_objective
 
     with pytest.raises(ValueError, match="`penalty` must be one of"):
-        padl_objective(jnp.zeros((2, 3)), jnp.zeros((2, 1)), jnp.zeros((1, 3)), 0.1, 0.1,
-                       penalty="l0")
+        padl_objective(
+            jnp.zeros((2, 3)), jnp.zeros((2, 1)), jnp.zeros((1, 3)), 0.1, 0.1, penalty="l0"
+        )

@@ -77,8 +77,9 @@ def test_targets_properties_and_jit():
         np.testing.assert_allclose(np.where(active, pi.sum(-1), 1.0), 1.0, rtol=1e-12)
         # closed forms: lambda* = rho(z)(1 - q(z|x))/q(z|x), pi* = q(y|x)/(1 - q(z|x))
         qz = q[np.arange(5), z]
-        np.testing.assert_allclose(np.exp(log_lam), np.maximum(rho[z], 0) * (1 - qz) / qz,
-                                   rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(
+            np.exp(log_lam), np.maximum(rho[z], 0) * (1 - qz) / qz, rtol=1e-10, atol=1e-12
+        )
         want = np.where(np.arange(s.vocab_size)[None, :] == z[:, None], 0.0, q / (1 - qz[:, None]))
         np.testing.assert_allclose(pi, want, rtol=1e-10, atol=1e-14)
         if s.kind == "masked":  # lambda* = 1/t at masks, 0 at clean tokens
@@ -95,33 +96,48 @@ def test_vmap_equals_loop_and_grads():
     jitted = jax.jit(D.path_kl)
     loop = jnp.stack([jitted(rate[i], pi[i], llm[i], lpm[i]) for i in range(3)])
     np.testing.assert_allclose(batched, loop, rtol=1e-12)  # vmap == loop
-    np.testing.assert_allclose(D.path_kl(rate[0], pi[0], llm[0], lpm[0]), loop[0],
-                               rtol=1e-12)  # eager == jit
-    check_grads(jax.jit(lambda a, b: D.path_kl(rate[0], pi[0], a, b).sum()), (llm[0], lpm[0]),
-                order=1, modes=["rev"])
-    check_grads(jax.jit(lambda r, a: D.poisson_kl(r, a).sum()), (rate[0], llm[0]), order=1,
-                modes=["rev"])
+    np.testing.assert_allclose(
+        D.path_kl(rate[0], pi[0], llm[0], lpm[0]), loop[0], rtol=1e-12
+    )  # eager == jit
+    check_grads(
+        jax.jit(lambda a, b: D.path_kl(rate[0], pi[0], a, b).sum()),
+        (llm[0], lpm[0]),
+        order=1,
+        modes=["rev"],
+    )
+    check_grads(
+        jax.jit(lambda r, a: D.poisson_kl(r, a).sum()), (rate[0], llm[0]), order=1, modes=["rev"]
+    )
 
 
 @pytest.fixture(scope="module")
 def tiny():
     """Tiny networks (uniform: V = 3, masked: V = 4) shared by the model-level tests."""
     su, sm = D.uniform_schedule(3), D.masked_schedule(3)
-    return {"uniform": (su, D.DiffusionTransformer(3, 8, 1, 2, 4, key=_rbg(0))),
-            "masked": (sm, D.DiffusionTransformer(4, 8, 1, 2, 4, key=_rbg(1)))}
+    return {
+        "uniform": (su, D.DiffusionTransformer(3, 8, 1, 2, 4, key=_rbg(0))),
+        "masked": (sm, D.DiffusionTransformer(4, 8, 1, 2, 4, key=_rbg(1))),
+    }
 
 
 @eqx.filter_jit
 def _model_losses(net, schedule, bias, x, key):
     """Every loss on one batch of the masked network; its exit bias is an input (finite diff.)."""
     net = eqx.tree_at(lambda m: m.exit_head.bias, net, bias)
-    ctmc, grad = jax.value_and_grad(lambda b: D.neural_ctmc_loss(
-        eqx.tree_at(lambda m: m.exit_head.bias, net, b), schedule, x, key))(bias)
-    nelbo = jax.vmap(lambda xi, k: jnp.stack([
-        D.nelbo(net, schedule, xi, k, "ctmc", num_times=2),
-        D.nelbo(net, schedule, xi, k, "x0", num_times=2)]))(x, jr.split(key, x.shape[0]))
-    return {"ctmc": ctmc, "grad": grad, "mdlm": D.mdlm_loss(net, schedule, x, key),
-            "nelbo": nelbo}
+    ctmc, grad = jax.value_and_grad(
+        lambda b: D.neural_ctmc_loss(
+            eqx.tree_at(lambda m: m.exit_head.bias, net, b), schedule, x, key
+        )
+    )(bias)
+    nelbo = jax.vmap(
+        lambda xi, k: jnp.stack(
+            [
+                D.nelbo(net, schedule, xi, k, "ctmc", num_times=2),
+                D.nelbo(net, schedule, xi, k, "x0", num_times=2),
+            ]
+        )
+    )(x, jr.split(key, x.shape[0]))
+    return {"ctmc": ctmc, "grad": grad, "mdlm": D.mdlm_loss(net, schedule, x, key), "nelbo": nelbo}
 
 
 def test_losses_nelbo_and_gradient(tiny):
@@ -143,8 +159,10 @@ def test_losses_nelbo_and_gradient(tiny):
     # gradient in the exit bias away from it vs central finite differences (same compiled fn)
     b1, eps = jnp.array([0.3]), 1e-5
     g1 = _model_losses(net, s, b1, x, key)["grad"][0]
-    fd = (_model_losses(net, s, b1 + eps, x, key)["ctmc"]
-          - _model_losses(net, s, b1 - eps, x, key)["ctmc"]) / (2 * eps)
+    fd = (
+        _model_losses(net, s, b1 + eps, x, key)["ctmc"]
+        - _model_losses(net, s, b1 - eps, x, key)["ctmc"]
+    ) / (2 * eps)
     assert float(g1) > 1e-3  # too fast an exit clock is pushed back
     np.testing.assert_allclose(g1, fd, rtol=1e-5)
     # reduced C8: gradient descent on the exit bias alone (the rest frozen) from e^0.5 = 1.65
@@ -160,13 +178,21 @@ def test_sedd_and_gidd_losses(tiny):
     s, net = tiny["uniform"]
     sm, nm = tiny["masked"]
     x = jnp.asarray(np.random.default_rng(5).integers(0, 3, (4, 4)))
-    vals = eqx.filter_jit(lambda n, x, k: jnp.stack([
-        D.sedd_loss(n, s, x, k), D.gidd_loss(n, s, x, k, weighting="clip"),
-        D.gidd_loss(n, s, x, k, weighting="dynamic"), D.gidd_loss(n, s, x, k)]))(net, x, _rbg(5))
+    vals = eqx.filter_jit(
+        lambda n, x, k: jnp.stack(
+            [
+                D.sedd_loss(n, s, x, k),
+                D.gidd_loss(n, s, x, k, weighting="clip"),
+                D.gidd_loss(n, s, x, k, weighting="dynamic"),
+                D.gidd_loss(n, s, x, k),
+            ]
+        )
+    )(net, x, _rbg(5))
     assert bool(jnp.all(jnp.isfinite(vals) & (vals > 0))), vals
     # GIDD's ELBO integrand on the masked schedule is MDLM's (same times and noise)
     gidd, mdlm = eqx.filter_jit(
-        lambda n, x, k: (D.gidd_loss(n, sm, x, k), D.mdlm_loss(n, sm, x, k)))(nm, x, _rbg(6))
+        lambda n, x, k: (D.gidd_loss(n, sm, x, k), D.mdlm_loss(n, sm, x, k))
+    )(nm, x, _rbg(6))
     np.testing.assert_allclose(gidd, mdlm, rtol=1e-10)
 
 
@@ -206,8 +232,15 @@ def _c8_ratios(num_steps, dim, batch, length):
 
     net = D.DiffusionTransformer(5, dim, 1, 2, length, key=_rbg(10))
     net = eqx.tree_at(lambda m: m.exit_head.bias, net, jnp.array([0.5]))
-    res = fit(_pair_loss, _Pair(net, s), batches, adamw_cosine(1e-2, num_steps),
-              num_steps=num_steps, key=_rbg(11), progress=False)
+    res = fit(
+        _pair_loss,
+        _Pair(net, s),
+        batches,
+        adamw_cosine(1e-2, num_steps),
+        num_steps=num_steps,
+        key=_rbg(11),
+        progress=False,
+    )
 
     @eqx.filter_jit
     def ratio(net, key, t):

@@ -12,14 +12,20 @@ from scipy import stats
 
 import jaxgen.discrete as D
 
-SCHEDULES = {"uniform": D.uniform_schedule(3), "masked": D.masked_schedule(3),
-             "gidd": D.gidd_schedule(3, p_u=0.2)}
+SCHEDULES = {
+    "uniform": D.uniform_schedule(3),
+    "masked": D.masked_schedule(3),
+    "gidd": D.gidd_schedule(3, p_u=0.2),
+}
 # Fast selection: the GIDD hybrid (mask + uniform noise, the general case) runs by default; the
 # pure uniform / masked variants of the heavier enumeration checks are slow (CPU budget).
-GIDD_FAST = [pytest.param("uniform", marks=pytest.mark.slow),
-             pytest.param("masked", marks=pytest.mark.slow), "gidd"]
+GIDD_FAST = [
+    pytest.param("uniform", marks=pytest.mark.slow),
+    pytest.param("masked", marks=pytest.mark.slow),
+    "gidd",
+]
 N, L = 3, 2
-P_DATA = np.random.default_rng(0).dirichlet(np.ones(N ** L))
+P_DATA = np.random.default_rng(0).dirichlet(np.ones(N**L))
 XS = np.array(list(itertools.product(range(N), repeat=L)))  # (9, 2)
 
 
@@ -42,8 +48,9 @@ def _toy_tables(schedule, t):
         log_lam, pi = D.conditional_targets(schedule, x, jnp.where(ok, z, x), t)
         return jnp.where(ok, jnp.exp(log_lam), 0.0), jnp.where(ok, pi, 0.0)
 
-    lam_c, pi_c = jax.vmap(lambda zi: jax.vmap(lambda xi: cond_safe(xi, zi))(
-        jnp.arange(len(XS))))(jnp.arange(len(zs)))  # (Z, X, L), (Z, X, L, V)
+    lam_c, pi_c = jax.vmap(lambda zi: jax.vmap(lambda xi: cond_safe(xi, zi))(jnp.arange(len(XS))))(
+        jnp.arange(len(zs))
+    )  # (Z, X, L), (Z, X, L, V)
     lam_m = jnp.einsum("zx,zxl->zl", post, lam_c)
     flux = jnp.einsum("zx,zxl,zxlv->zlv", post, lam_c, pi_c)
     pi_m = flux / jnp.where(lam_m > 0, lam_m, 1.0)[..., None]
@@ -81,16 +88,18 @@ def test_c1_schedule_consistency():
     s = SCHEDULES["gidd"]
     np.testing.assert_allclose(s.alpha(0.0), 1.0)
     np.testing.assert_allclose(s.alpha(1.0), 0.0, atol=1e-15)
-    np.testing.assert_allclose(s.marginal(jnp.array([0, 2]), 1.0), np.tile(s.prior(), (2, 1)),
-                               atol=1e-15)
+    np.testing.assert_allclose(
+        s.marginal(jnp.array([0, 2]), 1.0), np.tile(s.prior(), (2, 1)), atol=1e-15
+    )
 
 
 def _nelbo_density(schedule, t):
     """E_x sum_z q_t(z|x) sum_i D(conditional || exact marginal) at time t."""
     _, qzx, _, lam_c, pi_c, lam_m, pi_m = _toy_tables(schedule, t)
     log_lam_m, log_pi_m = _log(lam_m), _log_pi(pi_m)
-    d = jax.vmap(lambda lc, pc, llm, lpm: jax.vmap(
-        lambda l1, p1: D.path_kl(l1, p1, llm, lpm))(lc, pc))(lam_c, pi_c, log_lam_m, log_pi_m)
+    d = jax.vmap(
+        lambda lc, pc, llm, lpm: jax.vmap(lambda l1, p1: D.path_kl(l1, p1, llm, lpm))(lc, pc)
+    )(lam_c, pi_c, log_lam_m, log_pi_m)
     d = jnp.where(qzx[..., None] > 0, d, 0.0)  # (Z, X, L)
     return jnp.einsum("zx,x,zxl->", qzx, jnp.asarray(P_DATA), d)
 
@@ -112,8 +121,7 @@ def test_c3_gradient_equivalence(kind):
     s = SCHEDULES[kind]
     v = s.vocab_size
     rng = np.random.default_rng(3)
-    theta = (jnp.asarray(rng.normal(size=(v ** L, L))),
-             jnp.asarray(rng.normal(size=(v ** L, L, v))))
+    theta = (jnp.asarray(rng.normal(size=(v**L, L))), jnp.asarray(rng.normal(size=(v**L, L, v))))
 
     @jax.jit
     def run(theta):
@@ -128,8 +136,9 @@ def test_c3_gradient_equivalence(kind):
 
         def conditional_loss(th):
             llt, lpt = model(th)
-            d = jax.vmap(lambda lc, pc, a, b: jax.vmap(lambda l1, p1: D.path_kl(l1, p1, a, b))(
-                lc, pc))(lam_c, pi_c, llt, lpt)
+            d = jax.vmap(
+                lambda lc, pc, a, b: jax.vmap(lambda l1, p1: D.path_kl(l1, p1, a, b))(lc, pc)
+            )(lam_c, pi_c, llt, lpt)
             d = jnp.where(qzx[..., None] > 0, d, 0.0)
             return jnp.einsum("zx,x,zxl->", qzx, jnp.asarray(P_DATA), d)
 
@@ -159,27 +168,45 @@ def _c4_values(s, x, u, t, logits, log_score):
     log_x0 = jax.nn.log_softmax(logits, axis=-1)
     log_star, pi_star = D.conditional_targets(s, x, z, t)
     lam_star = jnp.exp(log_star)
-    out = {"gidd": (D.gidd_integrand(s, x, z, log_x0, t),
-                    D.path_kl(lam_star, pi_star, *D.rates_from_x0(s, z, log_x0, t))),
-           "sedd": (D.score_entropy(s, x, z, log_score, t),
-                    D.path_kl(lam_star, pi_star, *D.rates_from_score(s, z, log_score, t)))}
+    out = {
+        "gidd": (
+            D.gidd_integrand(s, x, z, log_x0, t),
+            D.path_kl(lam_star, pi_star, *D.rates_from_x0(s, z, log_x0, t)),
+        ),
+        "sedd": (
+            D.score_entropy(s, x, z, log_score, t),
+            D.path_kl(lam_star, pi_star, *D.rates_from_score(s, z, log_score, t)),
+        ),
+    }
     if s.kind == "masked":
         log_lam0 = D.reference_log_exit_rate(s, z, t)  # s = 0
         out["ref"] = (jnp.exp(log_lam0), lam_star)
-        out["mdlm"] = (D.path_kl(lam_star, pi_star, log_lam0, log_x0),
-                       D.mdlm_integrand(s, x, z, log_x0, t))
+        out["mdlm"] = (
+            D.path_kl(lam_star, pi_star, log_lam0, log_x0),
+            D.mdlm_integrand(s, x, z, log_x0, t),
+        )
     return out
 
 
-@pytest.mark.parametrize("kind", [pytest.param("uniform", marks=pytest.mark.slow), "masked",
-                                  pytest.param("gidd", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        pytest.param("uniform", marks=pytest.mark.slow),
+        "masked",
+        pytest.param("gidd", marks=pytest.mark.slow),
+    ],
+)
 def test_c4_baseline_equivalences(kind):
     s = SCHEDULES[kind]
     rng = np.random.default_rng(4)
     b, length, v = 8, 6, s.vocab_size
-    args = (rng.integers(0, N, (b, length)), rng.uniform(size=(b, length)),
-            rng.uniform(0.05, 0.95, b), 2 * rng.normal(size=(b, length, v)),
-            rng.normal(size=(b, length, v)))
+    args = (
+        rng.integers(0, N, (b, length)),
+        rng.uniform(size=(b, length)),
+        rng.uniform(0.05, 0.95, b),
+        2 * rng.normal(size=(b, length, v)),
+        rng.normal(size=(b, length, v)),
+    )
     vals = jax.jit(jax.vmap(lambda *a: _c4_values(s, *a)))(*map(jnp.asarray, args))
     for name, (a, c) in vals.items():
         assert bool(jnp.all(jnp.isfinite(a))), name
@@ -204,8 +231,9 @@ def test_c5_divergence_nonnegative():
     assert float(jnp.max(jnp.abs(d0) / (1 + rate))) < 1e-5
     # zero rate and zero model rate: zero; structural -inf model rate against 0: zero
     assert float(D.poisson_kl(jnp.zeros(1), jnp.array([-jnp.inf]))[0]) == 0.0
-    np.testing.assert_allclose(D.poisson_kl(jnp.array([2.0]), jnp.array([np.log(3.0)])),
-                               [2 * np.log(2 / 3) - 2 + 3])
+    np.testing.assert_allclose(
+        D.poisson_kl(jnp.array([2.0]), jnp.array([np.log(3.0)])), [2 * np.log(2 / 3) - 2 + 3]
+    )
 
 
 _C6_PI = np.array([0.0, 0.5, 0.3, 0.2])
@@ -219,8 +247,10 @@ def _c6_steps(key):
     log_pi = jnp.where(jnp.asarray(_C6_PI)[None, :] > 0, log_pi, D.NEG)
     z0, log_lam = jnp.zeros((n,), jnp.int32), jnp.full((n,), np.log(2.0))
     ke, kt = jr.split(key)
-    return (D.euler_jump_step(ke, z0, log_lam, log_pi, 0.1),
-            D.tau_leap_step(kt, z0, log_lam, log_pi, 0.1))
+    return (
+        D.euler_jump_step(ke, z0, log_lam, log_pi, 0.1),
+        D.tau_leap_step(kt, z0, log_lam, log_pi, 0.1),
+    )
 
 
 def test_c6_sampler_jump_statistics():
@@ -262,7 +292,7 @@ def toy_rate_fn():
 
 def _tv(samples):
     idx = np.asarray(samples[:, 0] * N + samples[:, 1])
-    freq = np.bincount(idx, minlength=N ** L) / len(idx)
+    freq = np.bincount(idx, minlength=N**L) / len(idx)
     return 0.5 * float(np.abs(freq - P_DATA).sum())
 
 

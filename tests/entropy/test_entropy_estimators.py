@@ -160,7 +160,8 @@ def test_markov_entropy_closed_forms():
     assert float(_markov_entropy_jit(jnp.array([[0.0, 1.0], [1.0, 0.0]]))) == 0.0  # 0 log 0 = 0
     for name, p_np in _sources().items():
         assert float(_markov_entropy_jit(jnp.asarray(p_np))) == pytest.approx(
-            _np_entropy(p_np), rel=1e-10), name
+            _np_entropy(p_np), rel=1e-10
+        ), name
 
 
 def test_markov_entropy_grad_and_dtype():

@@ -51,8 +51,7 @@ def test_filter_by_logprob_and_random():
     docs = ["aaa", "bbbb", "c", "dd"]
     res = filter_by_logprob(docs, lambda d: -float(len(d)), 2)
     np.testing.assert_array_equal(res.indices, [2, 3])
-    batched = filter_by_logprob(docs, lambda ds: -np.array([len(d) for d in ds]), 0.5,
-                                batched=True)
+    batched = filter_by_logprob(docs, lambda ds: -np.array([len(d) for d in ds]), 0.5, batched=True)
     np.testing.assert_array_equal(batched.indices, res.indices)
     r1 = filter_random(jr.key(1), docs, 2)
     r2 = filter_random(jr.key(1), docs, 2)

@@ -37,26 +37,33 @@ def test_k1_fast_equals_bruteforce(alphabet):
     x = rng.integers(0, alphabet, n)
     np.testing.assert_array_equal(match_lengths(x), match_lengths_bruteforce(x))
     for w in (1, 5, 17, 64, n - 1):
-        np.testing.assert_array_equal(match_lengths(x, window=w),
-                                      match_lengths_bruteforce(x, window=w), err_msg=f"w={w}")
+        np.testing.assert_array_equal(
+            match_lengths(x, window=w), match_lengths_bruteforce(x, window=w), err_msg=f"w={w}"
+        )
 
 
 def test_k1_structured_strings():
     # Repeats, periodic runs and text: long matches and many equal ranks.
     rng = np.random.default_rng(7)
     block = rng.integers(0, 3, 37)
-    cases = [np.tile(block, 9), np.tile([0, 1], 150), np.zeros(200, np.int64),
-             np.frombuffer(b"the cat sat on the mat; the cat sat on the hat. " * 5, np.uint8)]
+    cases = [
+        np.tile(block, 9),
+        np.tile([0, 1], 150),
+        np.zeros(200, np.int64),
+        np.frombuffer(b"the cat sat on the mat; the cat sat on the hat. " * 5, np.uint8),
+    ]
     for x in cases:
         x = np.asarray(x, np.int64)
         for w in (None, 2, 13, 40, len(x) + 3):
-            np.testing.assert_array_equal(match_lengths(x, window=w),
-                                          match_lengths_bruteforce(x, window=w))
+            np.testing.assert_array_equal(
+                match_lengths(x, window=w), match_lengths_bruteforce(x, window=w)
+            )
 
 
 def test_k2_abracadabra_and_constant():
-    np.testing.assert_array_equal(match_lengths("abracadabra") - 1,
-                                  [0, 0, 0, 1, 0, 1, 0, 4, 3, 2, 1])
+    np.testing.assert_array_equal(
+        match_lengths("abracadabra") - 1, [0, 0, 0, 1, 0, 1, 0, 4, 3, 2, 1]
+    )
     n = 50
     lam = match_lengths(np.zeros(n, np.int64))
     # Overlapping copy one position back: Lambda_i(i) = n - i + 1 for i >= 1.
@@ -78,8 +85,7 @@ def test_k5_relabelling_invariance():
     x = rng.integers(0, 5, 500)
     perm = np.array([3, 0, 4, 1, 2]) * 7 + 100  # a bijection onto other labels
     for w in (None, 30):
-        np.testing.assert_array_equal(match_lengths(x, window=w),
-                                      match_lengths(perm[x], window=w))
+        np.testing.assert_array_equal(match_lengths(x, window=w), match_lengths(perm[x], window=w))
 
 
 def test_input_forms_agree():
@@ -112,8 +118,9 @@ def test_bad_input():
         match_lengths("abc", window=0)
     with pytest.raises(TypeError, match="parameter 'window'"):
         match_lengths("abc", window=2.0)
-    np.testing.assert_array_equal(match_lengths("abcab", window=np.int64(2)),
-                                  match_lengths("abcab", window=2))
+    np.testing.assert_array_equal(
+        match_lengths("abcab", window=np.int64(2)), match_lengths("abcab", window=2)
+    )
     with pytest.raises(ValueError, match="`unit` must be one of"):
         from jaxgen.entropy import to_symbols
 

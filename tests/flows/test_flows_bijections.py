@@ -38,8 +38,9 @@ def _make(kind, key):
     if kind == "tanh":
         return ConditionalMonotoneTanh(DIM, CDIM, num_units=4, width=8, depth=1, key=key)
     if kind == "smooth_flow":
-        return ConditionalSmoothCouplingFlow(DIM, CDIM, num_blocks=2, num_units=2, width=4,
-                                             depth=1, key=key)
+        return ConditionalSmoothCouplingFlow(
+            DIM, CDIM, num_blocks=2, num_units=2, width=4, depth=1, key=key
+        )
     return ConditionalAffineCoupling(DIM, CDIM, width=8, depth=1, key=key)
 
 
@@ -57,13 +58,15 @@ def test_invertible_and_log_det_matches_jacobian(kind, getkey):
     ze, le = bij.transform_and_log_det(x, c)
     np.testing.assert_allclose(ze, z, rtol=1e-12)
     np.testing.assert_allclose(le, logdet, rtol=1e-12)
-    np.testing.assert_allclose(zb, jnp.stack([_checks(bij, v, xs, c)[0] for v in xs]),
-                               rtol=1e-12)
+    np.testing.assert_allclose(zb, jnp.stack([_checks(bij, v, xs, c)[0] for v in xs]), rtol=1e-12)
 
 
 def test_identity_at_init(getkey):
-    for bij in (_make("tanh", getkey()), _make("coupling", getkey()),
-                _make("smooth_flow", getkey())):
+    for bij in (
+        _make("tanh", getkey()),
+        _make("coupling", getkey()),
+        _make("smooth_flow", getkey()),
+    ):
         x, c = jr.normal(getkey(), (DIM,)), jr.normal(getkey(), (CDIM,))
         z, logdet, _, _, _ = _checks(bij, x, jnp.stack([x, x, x]), c)
         np.testing.assert_allclose(z, x, atol=1e-14)

@@ -162,7 +162,9 @@ def test_jit_vmap_grad_battery(getkey):
 
 def test_float32_dtype_preserved():
     process = GaussianStraightProcess(
-        jnp.zeros(2, jnp.float32), jnp.eye(2, dtype=jnp.float32), jnp.ones(2, jnp.float32),
+        jnp.zeros(2, jnp.float32),
+        jnp.eye(2, dtype=jnp.float32),
+        jnp.ones(2, jnp.float32),
         jnp.array([[2.0, 0.3], [0.3, 1.0]], jnp.float32),
     )
     out = process.velocity(jnp.float32(0.5), jnp.ones(2, jnp.float32))
@@ -179,11 +181,13 @@ def test_bad_input_messages():
     with pytest.raises(TypeError, match="cov0"):
         matrix_geometric_mean(jnp.eye(2, dtype=jnp.int32), jnp.eye(2, dtype=jnp.int32))
     with pytest.raises(Exception, match="must be symmetric"):
-        GaussianStraightProcess(jnp.zeros(2), jnp.array([[1.0, 0.5], [0.0, 1.0]]), jnp.zeros(2),
-                                jnp.eye(2))
+        GaussianStraightProcess(
+            jnp.zeros(2), jnp.array([[1.0, 0.5], [0.0, 1.0]]), jnp.zeros(2), jnp.eye(2)
+        )
     with pytest.raises(Exception, match="positive definite"):
-        GaussianStraightProcess(jnp.zeros(2), jnp.array([[1.0, 2.0], [2.0, 1.0]]), jnp.zeros(2),
-                                jnp.eye(2))
+        GaussianStraightProcess(
+            jnp.zeros(2), jnp.array([[1.0, 2.0], [2.0, 1.0]]), jnp.zeros(2), jnp.eye(2)
+        )
     process, _ = make_process(2)
     with pytest.raises(TypeError, match="parameter 'x'"):  # jaxtyping sees it first
         process.velocity(0.5, jnp.zeros((4, 2)))

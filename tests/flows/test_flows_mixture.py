@@ -29,18 +29,23 @@ def test_one_component_mixture_equals_gaussian_field(getkey):
     process = GaussianStraightProcess(m0, s0, m1, s1)
     mixture = process.interpolant().gaussian_velocity(m0, s0, m1, s1)
     xs, ts = jr.normal(getkey(), (16, 2)), jr.uniform(getkey(), (16,), maxval=0.99)
-    np.testing.assert_allclose(jax.vmap(mixture)(ts, xs), jax.vmap(process.velocity)(ts, xs),
-                               atol=1e-12)
+    np.testing.assert_allclose(
+        jax.vmap(mixture)(ts, xs), jax.vmap(process.velocity)(ts, xs), atol=1e-12
+    )
 
 
 def test_mixture_velocity_is_weighted_by_responsibilities():
     # Far from one mode, the field is that of the other component alone.
     field = MixtureInterpolantVelocity(
-        jnp.zeros(1), jnp.ones((1, 1)), jnp.array([0.5, 0.5]), jnp.array([[-5.0], [5.0]]),
+        jnp.zeros(1),
+        jnp.ones((1, 1)),
+        jnp.array([0.5, 0.5]),
+        jnp.array([[-5.0], [5.0]]),
         jnp.full((2, 1, 1), 0.09),
     )
-    single = LinearInterpolant().gaussian_velocity(jnp.zeros(1), jnp.ones((1, 1)),
-                                                   jnp.array([5.0]), jnp.array([[0.09]]))
+    single = LinearInterpolant().gaussian_velocity(
+        jnp.zeros(1), jnp.ones((1, 1)), jnp.array([5.0]), jnp.array([[0.09]])
+    )
     x, t = jnp.array([4.0]), 0.8
     np.testing.assert_allclose(field(t, x), single(t, x), rtol=1e-8)
 
@@ -56,9 +61,16 @@ def test_mixture_quantiles_against_scipy():
 # Spec §2.6 table (computed independently in float64 for the spec), W1 after Euler steps.
 @pytest.mark.parametrize(
     ("mu", "process", "steps", "expected"),
-    [(0.0, "linear", 1, 0.239), (0.0, "straight", 1, 0.0), (1.0, "linear", 1, 1.000),
-     (1.0, "straight", 1, 0.761), (3.0, "linear", 1, 3.000), (3.0, "straight", 1, 2.761),
-     (1.0, "linear", 4, 0.168), (3.0, "straight", 4, 0.321)],
+    [
+        (0.0, "linear", 1, 0.239),
+        (0.0, "straight", 1, 0.0),
+        (1.0, "linear", 1, 1.000),
+        (1.0, "straight", 1, 0.761),
+        (3.0, "linear", 1, 3.000),
+        (3.0, "straight", 1, 2.761),
+        (1.0, "linear", 4, 0.168),
+        (3.0, "straight", 4, 0.321),
+    ],
 )
 def test_obstruction_table(mu, process, steps, expected):
     w1 = one_step_obstruction_w1(mu, process=process, num_steps=steps)
@@ -93,8 +105,9 @@ def _pairs_sampler(process, batch_size):
 
 
 def test_flow_matching_loss_is_minimised_by_the_exact_field(getkey):
-    process = GaussianStraightProcess(jnp.zeros(2), jnp.eye(2), jnp.array([1.0, 0.0]),
-                                      jnp.array([[2.0, 0.3], [0.3, 0.5]]))
+    process = GaussianStraightProcess(
+        jnp.zeros(2), jnp.eye(2), jnp.array([1.0, 0.0]), jnp.array([[2.0, 0.3], [0.3, 0.5]])
+    )
 
     class Exact(AbstractVelocityField):
         dim: int = 2
@@ -113,8 +126,9 @@ def test_flow_matching_loss_is_minimised_by_the_exact_field(getkey):
 
 
 def test_flow_matching_trains_with_fit_and_compiles_once(getkey):
-    process = GaussianStraightProcess(jnp.zeros(2), jnp.eye(2), jnp.array([2.0, -1.0]),
-                                      jnp.array([[0.5, 0.1], [0.1, 0.3]]))
+    process = GaussianStraightProcess(
+        jnp.zeros(2), jnp.eye(2), jnp.array([2.0, -1.0]), jnp.array([[0.5, 0.1], [0.1, 0.3]])
+    )
     loss = ft.partial(flow_matching_loss, interpolant=LinearInterpolant())
     model = MLPVelocityField(2, 32, 2, key=getkey())
     optimizer = adamw_cosine(3e-3, 150)
@@ -123,8 +137,16 @@ def test_flow_matching_trains_with_fit_and_compiles_once(getkey):
     step = eqx.filter_jit(counted)
     batch = _pairs_sampler(process, 64)(getkey())
     for _ in range(3):
-        model, opt_state, _ = step(model, opt_state, batch, getkey(), loss_fn=loss,
-                                   optimizer=optimizer)
-    result = fit(loss, model, _pairs_sampler(process, 128), optimizer, num_steps=150,
-                 key=getkey(), progress=False)
+        model, opt_state, _ = step(
+            model, opt_state, batch, getkey(), loss_fn=loss, optimizer=optimizer
+        )
+    result = fit(
+        loss,
+        model,
+        _pairs_sampler(process, 128),
+        optimizer,
+        num_steps=150,
+        key=getkey(),
+        progress=False,
+    )
     assert np.mean(result.losses[-20:]) < 0.6 * np.mean(result.losses[:10])

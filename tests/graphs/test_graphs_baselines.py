@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from jaxgen.graphs import (
+    GRAPHONS,
     adjusted_rand_index,
     graphon,
     graphon_l2_sorted,
-    GRAPHONS,
     hold_out_pairs,
     link_auc,
     network_histogram,
@@ -74,7 +74,8 @@ def test_tv_denoise_matches_skimage_chambolle():
     restoration = pytest.importorskip("skimage.restoration")
     rng = np.random.default_rng(0)
     img = np.kron(np.array([[0.2, 0.8], [0.5, 0.1]]), np.ones((6, 6))) + 0.1 * rng.normal(
-        size=(12, 12))
+        size=(12, 12)
+    )
     ours = tv_denoise(jnp.asarray(img), 1.0 / 0.1, num_steps=2000)
     ref = restoration.denoise_tv_chambolle(img, weight=0.1, eps=1e-12, max_num_iter=2000)
     np.testing.assert_allclose(np.asarray(ours), ref, atol=2e-3)
@@ -102,8 +103,11 @@ def test_metrics_against_sklearn_and_closed_forms(getkey):
     sk = pytest.importorskip("sklearn.metrics")
     rng = np.random.default_rng(1)
     a, b = rng.integers(0, 3, 40), rng.integers(0, 4, 40)
-    np.testing.assert_allclose(float(adjusted_rand_index(jnp.asarray(a), jnp.asarray(b))),
-                               sk.adjusted_rand_score(a, b), rtol=1e-10)
+    np.testing.assert_allclose(
+        float(adjusted_rand_index(jnp.asarray(a), jnp.asarray(b))),
+        sk.adjusted_rand_score(a, b),
+        rtol=1e-10,
+    )
     assert float(adjusted_rand_index(jnp.asarray(a), jnp.asarray((a + 1) % 3))) == 1.0
     A, P, _ = sample_graphon(getkey(), 40, GRAPHONS["product"])
     A_train, mask = hold_out_pairs(getkey(), A, 0.3)
@@ -133,8 +137,12 @@ def test_graph_loaders():
         load_les_miserables,
     )
 
-    expected = {load_karate_club: (34, 78), load_les_miserables: (77, 254),
-                load_florentine_families: (15, 20), load_davis_southern_women: (32, 89)}
+    expected = {
+        load_karate_club: (34, 78),
+        load_les_miserables: (77, 254),
+        load_florentine_families: (15, 20),
+        load_davis_southern_women: (32, 89),
+    }
     for loader, (n, m) in expected.items():
         g = loader()
         assert g.adjacency.shape == (n, n) and g.adjacency.dtype == np.float64
@@ -149,7 +157,7 @@ def test_graph_loaders():
 def test_graph_loader_without_networkx(monkeypatch):
     import sys
 
-    from jaxgen.data import load_karate_club, MissingDataError
+    from jaxgen.data import MissingDataError, load_karate_club
 
     monkeypatch.setitem(sys.modules, "networkx", None)
     with pytest.raises(MissingDataError, match="networkx"):

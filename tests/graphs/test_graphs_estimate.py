@@ -10,17 +10,17 @@ import jax.random as jr
 import numpy as np
 import pytest
 
+from jaxgen.core import RESULTS
 from jaxgen.graphs import (
+    GRAPHONS,
     adjusted_rand_index,
     check_adjacency,
     estimate_graphon,
-    GRAPHONS,
     node_mse,
     objective_of_labels,
     sample_graphon,
     sample_sbm,
 )
-from jaxgen.core import RESULTS
 from jaxgen.transport import srgw_objective
 
 B3 = jnp.array([[0.8, 0.1, 0.2], [0.1, 0.7, 0.15], [0.2, 0.15, 0.6]])
@@ -31,8 +31,13 @@ def _fit_sbm(key, n, K, **kw):
     key_g, key_f = jr.split(key)
     A, P, z = sample_sbm(key_g, n, B3, PI3)
     est = estimate_graphon(A, K, key=key_f, throw=False, **kw)
-    return (adjusted_rand_index(z, est.labels), node_mse(est.edge_probabilities(), P),
-            est.rounding_gap, est.frac_deterministic, est.converged)
+    return (
+        adjusted_rand_index(z, est.labels),
+        node_mse(est.edge_probabilities(), P),
+        est.rounding_gap,
+        est.frac_deterministic,
+        est.converged,
+    )
 
 
 N_SMALL, STARTS = 120, 3
@@ -69,13 +74,14 @@ def test_estimate_fields_multistart_and_vmap_equals_loop():
     graphs, _, _, keys, batched = _planted_small()
     K = 3
     # eager calls (one compiled `_estimate`, reused by the empty-graph test) == the vmapped ones
-    looped = [estimate_graphon(graphs[b], K, key=keys[b], num_starts=STARTS, throw=False)
-              for b in range(2)]
+    looped = [
+        estimate_graphon(graphs[b], K, key=keys[b], num_starts=STARTS, throw=False)
+        for b in range(2)
+    ]
     for b, est in enumerate(looped):
         chex.assert_trees_all_equal(batched.labels[b], est.labels)
         chex.assert_trees_all_close(batched.block_matrix[b], est.block_matrix, atol=1e-12)
-        chex.assert_trees_all_close(batched.start_objectives[b], est.start_objectives,
-                                    rtol=1e-10)
+        chex.assert_trees_all_close(batched.start_objectives[b], est.start_objectives, rtol=1e-10)
     est = looped[0]
     A, n = graphs[0], N_SMALL
     assert est.labels.shape == (n,) and est.block_matrix.shape == (K, K)
@@ -83,15 +89,20 @@ def test_estimate_fields_multistart_and_vmap_equals_loop():
     assert int(est.block_sizes.sum()) == n
     # the kept start is the best one, and its objective is F(T, W)
     np.testing.assert_allclose(float(est.objective), float(est.start_objectives.min()))
-    np.testing.assert_allclose(float(est.objective),
-                               float(srgw_objective(A, est.coupling, est.relaxed_block_matrix)),
-                               rtol=1e-10)
+    np.testing.assert_allclose(
+        float(est.objective),
+        float(srgw_objective(A, est.coupling, est.relaxed_block_matrix)),
+        rtol=1e-10,
+    )
     # the rounded objective is the least-squares SBM fit of the labels
     F_lab, W_lab = objective_of_labels(A, est.labels, K)
     np.testing.assert_allclose(float(est.rounded_objective), float(F_lab), rtol=1e-10)
     used = np.asarray(est.block_sizes) > 0
-    np.testing.assert_allclose(np.asarray(est.block_matrix)[np.ix_(used, used)],
-                               np.asarray(W_lab)[np.ix_(used, used)], rtol=1e-10)
+    np.testing.assert_allclose(
+        np.asarray(est.block_matrix)[np.ix_(used, used)],
+        np.asarray(W_lab)[np.ix_(used, used)],
+        rtol=1e-10,
+    )
     P_hat = est.edge_probabilities()
     chex.assert_trees_all_close(P_hat, est.block_matrix[est.labels][:, est.labels])
     assert float(P_hat.min()) >= 0.0 and float(P_hat.max()) <= 1.0
@@ -100,8 +111,9 @@ def test_estimate_fields_multistart_and_vmap_equals_loop():
 def test_multistart_keeps_the_lowest_objective():
     # the starts of the vmapped fits differ, and the kept one is always their minimum
     _, _, _, _, est = _planted_small()
-    np.testing.assert_allclose(np.asarray(est.objective),
-                               np.asarray(jnp.min(est.start_objectives, axis=1)))
+    np.testing.assert_allclose(
+        np.asarray(est.objective), np.asarray(jnp.min(est.start_objectives, axis=1))
+    )
 
 
 def test_empty_graph_reports_empty_blocks_without_nan(getkey):
@@ -194,8 +206,9 @@ def test_real_graphs_davis_and_karate():
     from jaxgen.data import load_davis_southern_women, load_karate_club
 
     davis = load_davis_southern_women()
-    est = estimate_graphon(davis.adjacency, 2, key=jr.key(0), init="random", num_starts=30,
-                           throw=False)
+    est = estimate_graphon(
+        davis.adjacency, 2, key=jr.key(0), init="random", num_starts=30, throw=False
+    )
     assert float(adjusted_rand_index(jnp.asarray(davis.labels), est.labels)) == 1.0
     karate = load_karate_club()
     est = estimate_graphon(karate.adjacency, 4, key=jr.key(0), num_starts=10, throw=False)

@@ -15,7 +15,8 @@ from jaxgen.metrics import (
     sliced_w2,
     w1_1d,
 )
-from tests.reference.gaussian_numpy import gaussian_w2 as gaussian_w2_numpy, random_spd
+from tests.reference.gaussian_numpy import gaussian_w2 as gaussian_w2_numpy
+from tests.reference.gaussian_numpy import random_spd
 
 
 def test_gaussian_w2_against_scipy_sqrtm():
@@ -24,16 +25,18 @@ def test_gaussian_w2_against_scipy_sqrtm():
     ma, mb = rng.normal(size=3), rng.normal(size=3)
     ours = gaussian_w2(jnp.asarray(ma), jnp.asarray(sa), jnp.asarray(mb), jnp.asarray(sb))
     np.testing.assert_allclose(ours, gaussian_w2_numpy(ma, sa, mb, sb), rtol=1e-8)
-    np.testing.assert_allclose(gaussian_w2(jnp.asarray(ma), jnp.asarray(sa), jnp.asarray(ma),
-                                           jnp.asarray(sa)), 0.0, atol=1e-6)
+    np.testing.assert_allclose(
+        gaussian_w2(jnp.asarray(ma), jnp.asarray(sa), jnp.asarray(ma), jnp.asarray(sa)),
+        0.0,
+        atol=1e-6,
+    )
 
 
 def test_w1_and_sliced_w2_in_one_dimension(getkey):
     x, y = jr.normal(getkey(), (200,)), 1.0 + 2.0 * jr.normal(getkey(), (200,))
     np.testing.assert_allclose(w1_1d(x, y), scipy.stats.wasserstein_distance(x, y), rtol=1e-8)
     w2_sorted = np.sqrt(np.mean((np.sort(x) - np.sort(y)) ** 2))
-    np.testing.assert_allclose(sliced_w2(getkey(), x[:, None], y[:, None], 4), w2_sorted,
-                               rtol=1e-8)
+    np.testing.assert_allclose(sliced_w2(getkey(), x[:, None], y[:, None], 4), w2_sorted, rtol=1e-8)
 
 
 def numpy_energy(x, y):
@@ -46,16 +49,23 @@ def numpy_mmd(x, y, hs):
     k = lambda a, b: sum(np.exp(-((a[:, None] - b[None]) ** 2).sum(-1) / (2 * h * h)) for h in hs)  # noqa: E731
     n, m = len(x), len(y)
     kxx, kyy = k(x, x), k(y, y)
-    return ((kxx.sum() - np.trace(kxx)) / (n * (n - 1)) + (kyy.sum() - np.trace(kyy)) / (m * (m - 1))
-            - 2 * k(x, y).mean())
+    return (
+        (kxx.sum() - np.trace(kxx)) / (n * (n - 1))
+        + (kyy.sum() - np.trace(kyy)) / (m * (m - 1))
+        - 2 * k(x, y).mean()
+    )
 
 
 def test_energy_and_mmd_against_numpy(getkey):
     x, y = jr.normal(getkey(), (40, 2)), jr.normal(getkey(), (30, 2)) + 0.5
-    np.testing.assert_allclose(energy_distance(x, y), numpy_energy(np.asarray(x), np.asarray(y)),
-                               rtol=1e-8)
-    np.testing.assert_allclose(mmd_unbiased(x, y, (0.5, 2.0)),
-                               numpy_mmd(np.asarray(x), np.asarray(y), (0.5, 2.0)), rtol=1e-8)
+    np.testing.assert_allclose(
+        energy_distance(x, y), numpy_energy(np.asarray(x), np.asarray(y)), rtol=1e-8
+    )
+    np.testing.assert_allclose(
+        mmd_unbiased(x, y, (0.5, 2.0)),
+        numpy_mmd(np.asarray(x), np.asarray(y), (0.5, 2.0)),
+        rtol=1e-8,
+    )
     grad = jax.jit(jax.grad(lambda a: energy_distance(a, y)))(x)
     assert np.all(np.isfinite(grad))
 

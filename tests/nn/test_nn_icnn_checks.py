@@ -47,8 +47,9 @@ def _order_gaps(model, x, y):
     return supermodularity_gap(model, x, y), monotonicity_gap(model, x, y)
 
 
-@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow),
-                                  pytest.param(2, marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "seed", [0, pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow)]
+)
 def test_random_icnn_is_convex_and_relu_net_is_not(seed):
     km, kr = jr.split(jr.key(seed))
     x = _data(10 * seed, (10_000, 3))
@@ -90,8 +91,11 @@ def _max_gaps(x, y):
     return supermodularity_gap(max_n, x, y), monotonicity_gap(_neg_max, x, y)
 
 
-CORNER_CASES = [(1, "project", 150), pytest.param(2, "softplus", 500, marks=pytest.mark.slow),
-                pytest.param(3, "softplus", 500, marks=pytest.mark.slow)]
+CORNER_CASES = [
+    (1, "project", 150),
+    pytest.param(2, "softplus", 500, marks=pytest.mark.slow),
+    pytest.param(3, "softplus", 500, marks=pytest.mark.slow),
+]
 
 
 def _train_projected_every_step(model, n, steps, key):
@@ -104,8 +108,14 @@ def _train_projected_every_step(model, n, steps, key):
     step = eqx.filter_jit(make_step)
     losses = []
     for i in range(steps):
-        model, state, loss = step(model, state, sampler(jr.fold_in(key, i)), key,
-                                  loss_fn=squared_error_loss, optimizer=opt)
+        model, state, loss = step(
+            model,
+            state,
+            sampler(jr.fold_in(key, i)),
+            key,
+            loss_fn=squared_error_loss,
+            optimizer=opt,
+        )
         ws, w = model.effective_weights()
         mins = [float(jnp.min(v)) for v in (*ws, w)]
         assert min(mins) >= 0.0, f"step {i}: a constrained weight is negative"
@@ -125,8 +135,16 @@ def test_corner_floor_after_training(n_hidden, mode, steps, getkey):
     if mode == "project":
         model, losses = _train_projected_every_step(model, n, steps, getkey())
     else:
-        res = fit_on_box(model, max_n, key=getkey(), num_steps=steps, batch_size=128,
-                         optimizer=optax.adam(1e-2), low=0.0, high=1.0)
+        res = fit_on_box(
+            model,
+            max_n,
+            key=getkey(),
+            num_steps=steps,
+            batch_size=128,
+            optimizer=optax.adam(1e-2),
+            low=0.0,
+            high=1.0,
+        )
         model, losses = res.model, [float(v) for v in res.losses]
     assert losses[-1] < losses[0]  # it did train
     assert float(corner_floor(model, n)) >= 0.25 - 1e-4
@@ -145,8 +163,9 @@ def test_basin_of_exact_icnn(getkey):
     keys = jr.split(getkey(), len(leaves))
     leaves = [v + 0.01 * jr.normal(k, v.shape, v.dtype) for v, k in zip(leaves, keys)]
     model = project_nonneg(eqx.combine(jax.tree_util.tree_unflatten(treedef, leaves), static))
-    res = fit_on_box(model, max_n, key=getkey(), num_steps=500, batch_size=256,
-                     optimizer=optax.adam(1e-3))
+    res = fit_on_box(
+        model, max_n, key=getkey(), num_steps=500, batch_size=256, optimizer=optax.adam(1e-3)
+    )
     x = _data(7, (20_000, n), -1.0, 1.0)
     rmse = float(jnp.sqrt(jnp.mean((jax.jit(jax.vmap(res.model))(x) - max_n(x)) ** 2)))
     assert rmse <= 5e-3
@@ -154,8 +173,15 @@ def test_basin_of_exact_icnn(getkey):
 
 def test_sup_error_finds_the_corner(getkey):
     """sup |MAX_2 - 0| on [-1,1]^2 is 1 (at (1,1) or (-1,-1)); ascent reaches it."""
-    val = sup_error(lambda x: jnp.max(x), lambda x: jnp.zeros((), x.dtype), getkey(), 2,
-                    num_samples=64, num_starts=8, num_ascent=60)
+    val = sup_error(
+        lambda x: jnp.max(x),
+        lambda x: jnp.zeros((), x.dtype),
+        getkey(),
+        2,
+        num_samples=64,
+        num_starts=8,
+        num_ascent=60,
+    )
     np.testing.assert_allclose(float(val), 1.0, atol=1e-9)
     with pytest.raises(ValueError, match="`num_samples` must be an int >= 8"):
         sup_error(max_n, max_n, getkey(), 2, num_samples=4, num_starts=8)

@@ -5,7 +5,6 @@ import math
 import chex
 import jax
 import jax.numpy as jnp
-import jax.random as jr
 import numpy as np
 import pytest
 from jax.test_util import check_grads
@@ -106,10 +105,10 @@ def test_fk_lattice_identities(getkey):
     np.testing.assert_allclose(np.asarray(fk(x, k)), brute, atol=1e-6, rtol=0)
     # f_k(x) = |x|^2/2 - dist(x, Lambda)^2/2, and f_k(p) = |p|^2/2 on the lattice
     dist2 = np.min(np.sum((xn[:, None, :] - P[None]) ** 2, -1), axis=1)
-    np.testing.assert_allclose(np.asarray(fk(x, k)), 0.5 * np.sum(xn**2, 1) - 0.5 * dist2,
-                               atol=1e-9)
-    np.testing.assert_allclose(np.asarray(fk(jnp.asarray(P), k)), 0.5 * np.sum(P**2, 1),
-                               atol=1e-12)
+    np.testing.assert_allclose(
+        np.asarray(fk(x, k)), 0.5 * np.sum(xn**2, 1) - 0.5 * dist2, atol=1e-9
+    )
+    np.testing.assert_allclose(np.asarray(fk(jnp.asarray(P), k)), 0.5 * np.sum(P**2, 1), atol=1e-12)
     y = _data(4, (10_000, 2), lo, hi)
     gap = convexity_gap(lambda z: separation_fk(z, k), x, y)
     assert float(jnp.max(gap)) <= 1e-6

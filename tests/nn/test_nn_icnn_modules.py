@@ -29,8 +29,11 @@ from jaxgen.nn import (
 CLASSES = [ReLUNet, ReLUPlusNet, ICNN]
 # ICNN is the default-run case; ReLUNet and ReLUPlusNet keep fast tests elsewhere (convexity,
 # monotonicity, corner floor), so their copies of the generic module tests run with -m slow.
-CLASSES_FAST_ICNN = [pytest.param(ReLUNet, marks=pytest.mark.slow),
-                     pytest.param(ReLUPlusNet, marks=pytest.mark.slow), ICNN]
+CLASSES_FAST_ICNN = [
+    pytest.param(ReLUNet, marks=pytest.mark.slow),
+    pytest.param(ReLUPlusNet, marks=pytest.mark.slow),
+    ICNN,
+]
 
 
 # Test data come from numpy (a `jr.normal` per new shape costs a threefry compile); models share
@@ -102,8 +105,14 @@ def test_projection_after_each_optax_update_is_exact(cls, getkey):
     step = eqx.filter_jit(make_step)
     zeros = 0
     for i in range(15):
-        model, state, _ = step(model, state, sampler(jr.fold_in(getkey(), i)), getkey(),
-                               loss_fn=squared_error_loss, optimizer=opt)
+        model, state, _ = step(
+            model,
+            state,
+            sampler(jr.fold_in(getkey(), i)),
+            getkey(),
+            loss_fn=squared_error_loss,
+            optimizer=opt,
+        )
         assert _min_constrained(model) >= 0.0
         ws, w = model.effective_weights()
         zeros += sum(int(jnp.sum(v == 0)) for v in (*ws, w))
@@ -149,12 +158,12 @@ def test_from_weights_roundtrip_and_nonconvex_rejected():
     assert float(proj.W_raw[0][0, 0]) == 0.0
     with pytest.raises(ValueError, match="cannot represent"):
         ICNN.from_weights(A, b, [np.zeros((1, 1))], np.ones(1), np.zeros(2), mode="softplus")
-    soft = ICNN.from_weights(A, b, [np.full((1, 1), 0.3)], np.ones(1), np.zeros(2),
-                             mode="softplus")
+    soft = ICNN.from_weights(A, b, [np.full((1, 1), 0.3)], np.ones(1), np.zeros(2), mode="softplus")
     chex.assert_trees_all_close(soft.effective_weights()[0][0], jnp.full((1, 1), 0.3), rtol=1e-12)
     with pytest.raises(ValueError, match=r"`weights\[1\]` has negative entries"):
-        ReLUPlusNet.from_weights([np.ones((2, 2)), -np.ones((1, 2))], [np.zeros(2), np.zeros(1)],
-                                 np.ones(1))
+        ReLUPlusNet.from_weights(
+            [np.ones((2, 2)), -np.ones((1, 2))], [np.zeros(2), np.zeros(1)], np.ones(1)
+        )
     with pytest.raises(ValueError, match=r"`a` must have shape \(2,\)"):
         ICNN.from_weights(A, b, [np.ones((1, 1))], np.ones(1), np.zeros(3))
     with pytest.raises(ValueError, match="L-1 hidden matrices"):
@@ -168,8 +177,9 @@ def test_from_weights_roundtrip_and_nonconvex_rejected():
     with pytest.raises(ValueError, match="must be 2-D"):
         ReLUPlusNet.from_weights([np.ones(2)], [np.zeros(2)], np.ones(2))
     with pytest.raises(ValueError, match="common n"):
-        ICNN.from_weights([np.ones((1, 2)), np.ones((1, 3))], b, [np.ones((1, 1))], np.ones(1),
-                          np.zeros(2))
+        ICNN.from_weights(
+            [np.ones((1, 2)), np.ones((1, 3))], b, [np.ones((1, 1))], np.ones(1), np.zeros(2)
+        )
 
 
 @pytest.mark.parametrize("cls", CLASSES)
@@ -207,8 +217,9 @@ def test_nonneg_projection_needs_params():
 def test_fit_on_box_trains_and_projects(getkey):
     model = icnn_max_exact(3)
     noisy = eqx.tree_at(lambda m: m.w_raw, model, jnp.array([-0.2]))  # infeasible start
-    res = fit_on_box(noisy, max_n, key=getkey(), num_steps=3, batch_size=16,
-                     optimizer=optax.adam(1e-3))
+    res = fit_on_box(
+        noisy, max_n, key=getkey(), num_steps=3, batch_size=16, optimizer=optax.adam(1e-3)
+    )
     assert float(res.model.w_raw[0]) >= 0.0 and res.losses.shape == (3,)
 
 
@@ -233,8 +244,9 @@ def test_center_biases_zero_mean_preactivations(getkey):
     np.testing.assert_allclose(pre1.mean(0), 0.0, atol=1e-12)
     np.testing.assert_allclose(pre2.mean(0), 0.0, atol=1e-12)
     # only the free biases move: constrained weights and skips are untouched
-    chex.assert_trees_all_equal((m.A, m.W_raw, m.w_raw, m.a), (icnn.A, icnn.W_raw, icnn.w_raw,
-                                                              icnn.a))
+    chex.assert_trees_all_equal(
+        (m.A, m.W_raw, m.w_raw, m.a), (icnn.A, icnn.W_raw, icnn.w_raw, icnn.a)
+    )
     plus = center_biases(ReLUPlusNet(3, (6, 6), key=getkey()), x)
     (W1, W2), _ = plus.effective_weights()
     h1 = xn @ np.asarray(W1).T + np.asarray(plus.biases[0])[None, :]

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 
 from jaxgen.nn import (
-    make_mixer,
     MIXERS,
     MoEMixer,
     RMSNorm,
+    Transformer,
+    make_mixer,
     sinusoidal_embedding,
     swiglu_hidden,
-    Transformer,
 )
 
 P = 8
@@ -22,8 +22,10 @@ P = 8
 
 # The gated continued-fraction mixer runs by default; the others (compiled elsewhere in the
 # suite through the transformer and the MoE test) with -m slow.
-@pytest.mark.parametrize("name", [n if n == "gated_cofrgenet" else pytest.param(n, marks=pytest.mark.slow)
-                                  for n in MIXERS])
+@pytest.mark.parametrize(
+    "name",
+    [n if n == "gated_cofrgenet" else pytest.param(n, marks=pytest.mark.slow) for n in MIXERS],
+)
 def test_mixer_shapes_jit_vmap(getkey, name):
     mixer = make_mixer(name, P, key=getkey())
     h = jr.normal(getkey(), (5, P))
@@ -37,8 +39,9 @@ def test_mixer_shapes_jit_vmap(getkey, name):
     batched = eqx.filter_jit(jax.vmap(lambda x: mixer.apply_sequence(x)[0]))(h[None])
     assert batched.shape == (1, 5, P)
     # bf16 forward stays finite (F10)
-    m16 = jax.tree_util.tree_map(lambda x: x.astype(jnp.bfloat16) if eqx.is_inexact_array(x)
-                                 else x, mixer)
+    m16 = jax.tree_util.tree_map(
+        lambda x: x.astype(jnp.bfloat16) if eqx.is_inexact_array(x) else x, mixer
+    )
     y16 = eqx.filter_jit(lambda m, x: m.apply_sequence(x)[0])(m16, h.astype(jnp.bfloat16))
     assert y16.dtype == jnp.bfloat16 and bool(jnp.all(jnp.isfinite(y16)))
 
@@ -78,8 +81,19 @@ def test_mixer_bad_input(getkey):
 @pytest.fixture(scope="module")
 def tiny_models():
     causal = Transformer(11, 8, 2, 2, 6, key=jr.key(1), mixer="gated_cofrgenet")
-    bidir = Transformer(12, 8, 1, 2, 6, key=jr.key(2), causal=False, time_conditioning=True,
-                        out_size=11, tie_embeddings=False, positions="learned")
+    bidir = Transformer(
+        12,
+        8,
+        1,
+        2,
+        6,
+        key=jr.key(2),
+        causal=False,
+        time_conditioning=True,
+        out_size=11,
+        tie_embeddings=False,
+        positions="learned",
+    )
     return causal, bidir
 
 

@@ -12,21 +12,21 @@ import pytest
 from jax.test_util import check_grads
 
 from jaxgen.nn import (
+    CffnMixer,
+    GatedCFMixer,
+    MLPMixer,
+    SwiGLUMixer,
     capped_reciprocal,
     cf_bottom_up,
     cf_log_positive,
     cf_signed_logexp,
     cf_value,
-    CffnMixer,
     continuants,
     count_parameters,
     dyadic_active_depth,
     dyadic_schedule,
     dyadic_start_steps,
-    GatedCFMixer,
-    MLPMixer,
     recip_logexp,
-    SwiGLUMixer,
 )
 
 
@@ -53,8 +53,9 @@ def _random_signed(key, shape):
 
 
 # Depths 1, 3 and 8 run by default; the rest with -m slow.
-@pytest.mark.parametrize("d", [d if d in (1, 3, 8) else pytest.param(d, marks=pytest.mark.slow)
-                               for d in range(1, 9)])
+@pytest.mark.parametrize(
+    "d", [d if d in (1, 3, 8) else pytest.param(d, marks=pytest.mark.slow) for d in range(1, 9)]
+)
 def test_f1_direct_equals_bottom_up(getkey, d):
     a = _random_signed(getkey(), (64, d))
     ref = np_ladder(np.asarray(a))
@@ -90,8 +91,9 @@ def test_f3_custom_gradient(getkey):
     np.testing.assert_allclose(g32, g_auto, rtol=1e-3, atol=1e-5)
 
 
-@pytest.mark.parametrize("d", [1, pytest.param(2, marks=pytest.mark.slow),
-                               pytest.param(5, marks=pytest.mark.slow), 16])
+@pytest.mark.parametrize(
+    "d", [1, pytest.param(2, marks=pytest.mark.slow), pytest.param(5, marks=pytest.mark.slow), 16]
+)
 def test_f4_log_positive_equals_reference(getkey, d):
     logs = jr.normal(getkey(), (32, d))
     ref = np_ladder(np.exp(np.asarray(logs)))
@@ -115,12 +117,12 @@ def test_f5_deep_ladder_overflow():
 def test_f6_signed_logexp_equals_capped(getkey):
     eps = 0.01
     special = jnp.array([0.0, eps / 2, -eps / 2, eps, -eps, 1e-30, -1e-30, 3.0])
-    np.testing.assert_allclose(recip_logexp(special, eps), capped_reciprocal(special, eps),
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        recip_logexp(special, eps), capped_reciprocal(special, eps), rtol=1e-12
+    )
     a = _random_signed(getkey(), (256, 6)) * jr.uniform(getkey(), (256, 6), maxval=2.0)
     a = a.at[:8, -1].set(special)
-    np.testing.assert_allclose(cf_signed_logexp(a, eps), np_ladder(np.asarray(a), eps),
-                               rtol=1e-10)
+    np.testing.assert_allclose(cf_signed_logexp(a, eps), np_ladder(np.asarray(a), eps), rtol=1e-10)
     np.testing.assert_allclose(cf_signed_logexp(a, eps), cf_bottom_up(a, eps), rtol=1e-10)
     # 1e6 float32 inputs (including exact zeros): no NaN in values or gradients.
     v = jr.normal(getkey(), (250_000, 4), dtype=jnp.float32) * 0.02
@@ -133,14 +135,12 @@ def test_f6_signed_logexp_equals_capped(getkey):
 
 def test_f7_parameter_counts(getkey):
     p = 768
-    cffn = eqx.filter_eval_shape(lambda k: CffnMixer(p, 3, 5, key=k, ladder_bias=False),
-                                 jr.key(0))
+    cffn = eqx.filter_eval_shape(lambda k: CffnMixer(p, 3, 5, key=k, ladder_bias=False), jr.key(0))
     assert count_parameters(cffn) == 1_193_472
     mlp = eqx.filter_eval_shape(lambda k: MLPMixer(p, key=k), jr.key(0))
     assert count_parameters(mlp) == 4_718_592
     for lad, d in [(3, 5), (2, 12)]:
-        g = eqx.filter_eval_shape(lambda k, lad=lad, d=d: GatedCFMixer(p, lad, d, key=k),
-                                  jr.key(0))
+        g = eqx.filter_eval_shape(lambda k, lad=lad, d=d: GatedCFMixer(p, lad, d, key=k), jr.key(0))
         assert count_parameters(g) == 3 * p**2 + lad * p * (2 * d + 1)
 
 

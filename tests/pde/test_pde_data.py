@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from jaxgen.data import load_irates, MissingDataError
+from jaxgen.data import MissingDataError, load_irates
 
 
 def test_load_irates():

@@ -7,24 +7,24 @@ import numpy as np
 import pytest
 
 from jaxgen.pde import (
+    CoxIngersollRoss,
+    OrnsteinUhlenbeck,
+    ThetaPath,
+    TransitionFlow,
     box_inverse,
     box_transform,
     cir_condition_sampler,
-    CoxIngersollRoss,
+    euler_path_loglik,
     exact_log_transition,
     exact_path_loglik,
-    euler_path_loglik,
     flow_at,
     flow_parameters,
     integrate_ng,
     ng_velocity,
-    OrnsteinUhlenbeck,
     run_nuts,
-    spacetime_train,
     sample_cir_exact,
+    spacetime_train,
     surrogate_path_loglik,
-    ThetaPath,
-    TransitionFlow,
 )
 
 OU = OrnsteinUhlenbeck(1)
@@ -41,12 +41,27 @@ def _ou_condition(key):
 @pytest.fixture(scope="module")
 def ou_ng():
     # One fixed condition, kappa * Delta = 1: the exact law is in the flow's class (affine in zeta).
-    flow = TransitionFlow(OU, jnp.array([-1.0, 0.5, 0.2, -1.0]), jnp.array([1.0, 2.0, 1.0, 1.0]),
-                          num_units=2, width=4, depth=1, key=jr.key(0))
+    flow = TransitionFlow(
+        OU,
+        jnp.array([-1.0, 0.5, 0.2, -1.0]),
+        jnp.array([1.0, 2.0, 1.0, 1.0]),
+        num_units=2,
+        width=4,
+        depth=1,
+        key=jr.key(0),
+    )
     # Tsit5: 32 steps give a max log-density error ~1e-5 at t = Delta; Bosh3 (the default) needs
     # ~64 steps for ~1e-3 (third order), the same cost as here.
-    path = integrate_ng(flow, _ou_condition, DELTA, key=jr.key(1), num_steps=32,
-                        num_colloc=128, num_saves=2, solver=dfx.Tsit5())
+    path = integrate_ng(
+        flow,
+        _ou_condition,
+        DELTA,
+        key=jr.key(1),
+        num_steps=32,
+        num_colloc=128,
+        num_saves=2,
+        solver=dfx.Tsit5(),
+    )
     return flow, path
 
 
@@ -77,8 +92,12 @@ def test_identity_init_is_reference_and_normalised(getkey):
     # Reference: y = log x Gaussian with frozen Itô coefficients, plus log|d log x / dx|.
     by = (2.0 * (0.06 - 0.05) - 0.5 * 0.04) / 0.05  # b / v - sigma^2 / (2 v)
     sd = np.sqrt(0.1 * 0.04 / 0.05)
-    ref = -0.5 * ((np.log(0.04) - np.log(0.05) - 0.1 * by) / sd) ** 2 - np.log(sd) \
-        - 0.5 * np.log(2 * np.pi) - np.log(0.04)
+    ref = (
+        -0.5 * ((np.log(0.04) - np.log(0.05) - 0.1 * by) / sd) ** 2
+        - np.log(sd)
+        - 0.5 * np.log(2 * np.pi)
+        - np.log(0.04)
+    )
     logp0, mass0, grid0, _ = _cir_flow_checks(flow, t, x, x0, lam, getkey())
     np.testing.assert_allclose(logp0, ref, rtol=1e-10)
     np.testing.assert_allclose(mass0, 1.0, atol=1e-8)
@@ -111,8 +130,9 @@ def test_surrogate_path_loglik_tracks_exact(ou_ng, getkey):
     # Every transition starts at x0 in this unconditioned test: evaluate pairs (x0, x_k).
     pairs = jnp.stack([jnp.broadcast_to(OU_X0, (20, 1)), xs[1:]], axis=1)
     exact = jax.jit(jax.vmap(lambda p: exact_path_loglik(OU, p, OU_LAM, DELTA)))(pairs)
-    sur = eqx.filter_jit(jax.vmap(lambda f, p: surrogate_path_loglik(f, p, OU_LAM, DELTA),
-                                  in_axes=(None, 0)))(trained, pairs)
+    sur = eqx.filter_jit(
+        jax.vmap(lambda f, p: surrogate_path_loglik(f, p, OU_LAM, DELTA), in_axes=(None, 0))
+    )(trained, pairs)
     np.testing.assert_allclose(sur, exact, atol=1e-4)
     with pytest.raises(ValueError, match="`xs` must be a path"):
         exact_path_loglik(OU, xs[:1], OU_LAM, DELTA)
@@ -121,15 +141,23 @@ def test_surrogate_path_loglik_tracks_exact(ou_ng, getkey):
 
 
 def _ou_flow():
-    return TransitionFlow(OU, jnp.array([-1.0, 0.5, 0.2, -1.0]), jnp.array([1.0, 2.0, 1.0, 1.0]),
-                          num_units=2, width=4, depth=1, key=jr.key(0))
+    return TransitionFlow(
+        OU,
+        jnp.array([-1.0, 0.5, 0.2, -1.0]),
+        jnp.array([1.0, 2.0, 1.0, 1.0]),
+        num_units=2,
+        width=4,
+        depth=1,
+        key=jr.key(0),
+    )
 
 
 @eqx.filter_jit
 def _velocity_and_loglik(flow, t, xs, pairs):
     n = xs.shape[0]
-    vel, unexplained = ng_velocity(flow, t, xs, jnp.broadcast_to(OU_X0, (n, 1)),
-                                   jnp.broadcast_to(OU_LAM, (n, 3)))
+    vel, unexplained = ng_velocity(
+        flow, t, xs, jnp.broadcast_to(OU_X0, (n, 1)), jnp.broadcast_to(OU_LAM, (n, 3))
+    )
     sur = jax.vmap(lambda p: surrogate_path_loglik(flow, p, OU_LAM, DELTA))(pairs)
     direct = jax.vmap(lambda p: flow.log_density(DELTA, p[1], p[0], OU_LAM))(pairs)
     return vel, unexplained, sur, direct
@@ -151,8 +179,16 @@ def test_ng_velocity_explains_exact_ou_residual_and_surrogate_loglik(getkey):
 def test_integrate_ng_few_steps_and_flow_at(getkey):
     # A few Euler steps only (the trained accuracy is checked by the OU test above).
     flow = _ou_flow()
-    path = integrate_ng(flow, _ou_condition, DELTA, key=getkey(), num_steps=2, num_colloc=8,
-                        num_saves=2, solver=dfx.Euler())
+    path = integrate_ng(
+        flow,
+        _ou_condition,
+        DELTA,
+        key=getkey(),
+        num_steps=2,
+        num_colloc=8,
+        num_saves=2,
+        solver=dfx.Euler(),
+    )
     np.testing.assert_allclose(path.ts, [1e-4, 1e-2, 1.0], rtol=1e-10)
     np.testing.assert_allclose(path.thetas[0], flow_parameters(flow)[0], rtol=1e-14)
     assert jnp.all(jnp.isfinite(path.thetas))
@@ -179,8 +215,16 @@ def test_flow_bad_inputs(getkey):
         TransitionFlow(OU, jnp.ones(4), jnp.zeros(4), key=getkey())
     with pytest.raises(ValueError, match="`nu` must stay >= 1"):
         cir_condition_sampler(nu=(0.5, 2.0))
-    flow = TransitionFlow(OU, -jnp.ones(4), jnp.ones(4), num_units=2, width=4, depth=1,
-                          time_range=(0.01, 1.0), key=getkey())
+    flow = TransitionFlow(
+        OU,
+        -jnp.ones(4),
+        jnp.ones(4),
+        num_units=2,
+        width=4,
+        depth=1,
+        time_range=(0.01, 1.0),
+        key=getkey(),
+    )
     with pytest.raises(ValueError, match="must not take time features"):
         integrate_ng(flow, _ou_condition, 1.0, key=getkey())
 
@@ -198,8 +242,9 @@ def test_nuts_recovers_cir_parameters(getkey):
         lam, logdet = box_transform(u, lo, hi)
         return exact_path_loglik(cir, xs, lam, 0.25) + logdet
 
-    res = run_nuts(logpost, box_inverse(truth, lo, hi), getkey(), num_warmup=200,
-                   num_samples=300, num_chains=2)
+    res = run_nuts(
+        logpost, box_inverse(truth, lo, hi), getkey(), num_warmup=200, num_samples=300, num_chains=2
+    )
     lam = jax.vmap(jax.vmap(lambda u: box_transform(u, lo, hi)[0]))(res.samples).reshape(-1, 3)
     mean, sd = lam.mean(0), lam.std(0)
     assert jnp.all(jnp.abs(mean - truth) < 4 * sd)
@@ -214,8 +259,9 @@ def test_run_nuts_gaussian_target(getkey):
     def logdensity(u):
         return -0.5 * jnp.sum(((u - mean) / sd) ** 2)
 
-    res = run_nuts(logdensity, jnp.zeros(2), getkey(), num_warmup=150, num_samples=300,
-                   num_chains=2)
+    res = run_nuts(
+        logdensity, jnp.zeros(2), getkey(), num_warmup=150, num_samples=300, num_chains=2
+    )
     draws = res.samples.reshape(-1, 2)
     assert res.samples.shape == (2, 300, 2) and res.rhat.shape == (2,)
     se = sd / jnp.sqrt(jnp.minimum(res.ess, draws.shape[0]))
@@ -232,12 +278,22 @@ def test_run_nuts_gaussian_target(getkey):
 def test_spacetime_train_runs(getkey):
     # Space-time ablation on the fixed OU condition: finite losses, one per step. Its
     # convergence is NOT asserted: with 60 steps the fresh-batch loss is too noisy to drop.
-    flow = TransitionFlow(OU, jnp.array([-1.0, 0.5, 0.2, -1.0]), jnp.array([1.0, 2.0, 1.0, 1.0]),
-                          num_units=2, width=4, depth=1, time_range=(1e-3, 1.0), key=getkey())
-    trained, losses = spacetime_train(flow, _ou_condition, key=getkey(), num_steps=60,
-                                      batch_size=32, learning_rate=1e-2)
+    flow = TransitionFlow(
+        OU,
+        jnp.array([-1.0, 0.5, 0.2, -1.0]),
+        jnp.array([1.0, 2.0, 1.0, 1.0]),
+        num_units=2,
+        width=4,
+        depth=1,
+        time_range=(1e-3, 1.0),
+        key=getkey(),
+    )
+    trained, losses = spacetime_train(
+        flow, _ou_condition, key=getkey(), num_steps=60, batch_size=32, learning_rate=1e-2
+    )
     assert losses.shape == (60,) and jnp.all(jnp.isfinite(losses))
-    plain = TransitionFlow(OU, -jnp.ones(4), jnp.ones(4), num_units=2, width=4, depth=1,
-                           key=getkey())
+    plain = TransitionFlow(
+        OU, -jnp.ones(4), jnp.ones(4), num_units=2, width=4, depth=1, key=getkey()
+    )
     with pytest.raises(ValueError, match="time_range"):
         spacetime_train(plain, _ou_condition, key=getkey())

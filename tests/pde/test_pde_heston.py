@@ -9,13 +9,13 @@ import pytest
 
 from jaxgen.flows import ConditionalSmoothCouplingFlow
 from jaxgen.pde import (
+    Heston,
+    TransitionFlow,
     flow_parameters,
     fp_log_residual,
     frozen_gaussian_reference,
-    Heston,
     heston_condition_sampler,
     to_y,
-    TransitionFlow,
 )
 
 HES = Heston()
@@ -48,31 +48,48 @@ def _checks(flow, t, xs, x0, lam, key):
 
     def by_autodiff(x):
         z = to_z(x)
-        return (-0.5 * z @ z - jnp.log(2 * jnp.pi)
-                + jnp.linalg.slogdet(jax.jacobian(to_z)(x))[1])
+        return -0.5 * z @ z - jnp.log(2 * jnp.pi) + jnp.linalg.slogdet(jax.jacobian(to_z)(x))[1]
 
     def reference(x):
         zeta = jax.scipy.linalg.solve_triangular(chol, to_y(HES, x) - m, lower=True)
-        return (-0.5 * zeta @ zeta - jnp.log(2 * jnp.pi) - jnp.sum(jnp.log(jnp.diag(chol)))
-                - jnp.log(x[1]))
+        return (
+            -0.5 * zeta @ zeta
+            - jnp.log(2 * jnp.pi)
+            - jnp.sum(jnp.log(jnp.diag(chol)))
+            - jnp.log(x[1])
+        )
 
     def residual(x):
-        return fp_log_residual(lambda s, y: flow.log_density(s, y, x0, lam), t, x,
-                               lambda y: HES.drift(y, lam), lambda y: HES.diffusion(y, lam))
+        return fp_log_residual(
+            lambda s, y: flow.log_density(s, y, x0, lam),
+            t,
+            x,
+            lambda y: HES.drift(y, lam),
+            lambda y: HES.diffusion(y, lam),
+        )
 
     logp = jax.vmap(lambda x: flow.log_density(t, x, x0, lam))(xs)
     shift = jnp.array([0.7, 0.0], dtype=xs.dtype)
     shifted = jax.vmap(lambda x: flow.log_density(t, x + shift, x0 + shift, lam))(xs)
     draws = flow.sample(key, t, x0, lam, 4)
     base = jr.normal(key, (4, 2), dtype=xs.dtype)
-    return (logp, jax.vmap(by_autodiff)(xs), jax.vmap(residual)(xs), jax.vmap(reference)(xs),
-            base, jax.vmap(to_z)(draws), draws, shifted)
+    return (
+        logp,
+        jax.vmap(by_autodiff)(xs),
+        jax.vmap(residual)(xs),
+        jax.vmap(reference)(xs),
+        base,
+        jax.vmap(to_z)(draws),
+        draws,
+        shifted,
+    )
 
 
 def _points(key):
     k1, k2 = jr.split(key)
-    return jnp.stack([0.3 + 0.2 * jr.normal(k1, (5,)),
-                      jr.uniform(k2, (5,), minval=0.01, maxval=0.15)], axis=1)
+    return jnp.stack(
+        [0.3 + 0.2 * jr.normal(k1, (5,)), jr.uniform(k2, (5,), minval=0.01, maxval=0.15)], axis=1
+    )
 
 
 def test_heston_flow_identity_at_init_and_change_of_variables(flows, getkey):
@@ -120,13 +137,22 @@ def test_heston_ng_flow_v_marginal_improves_on_reference():
     x0 = jnp.array([0.0, 0.04])
     lam = jnp.array([0.05, 2.0, 0.06, jnp.sqrt(2 * 2.0 * 0.06 / 4.0), -0.5])
     flow = TransitionFlow(HES, lo, hi, num_units=2, width=4, depth=1, key=jr.key(0))
-    path = integrate_ng(flow, lambda k: (x0, lam), 0.25, key=jr.key(1), num_steps=16,
-                        num_colloc=512, num_saves=2, eps_rel=1e-4)
+    path = integrate_ng(
+        flow,
+        lambda k: (x0, lam),
+        0.25,
+        key=jr.key(1),
+        num_steps=16,
+        num_colloc=512,
+        num_saves=2,
+        eps_rel=1e-4,
+    )
     c, df, nc = (float(a) for a in cir_transition_params(0.25, 0.04, lam[1:4]))
     ks = {}
     for name, f in (("reference", flow), ("flow", flow_at(flow, path))):
         xs = eqx.filter_jit(lambda f, k: f.sample(k, 0.25, x0, lam, 20000))(f, jr.key(5))
         assert jnp.all(jnp.isfinite(xs)) and jnp.all(xs[:, 1] > 0)
-        ks[name] = st.kstest(2 * c * np.asarray(xs[:, 1]),
-                             lambda y: st.ncx2.cdf(y, df, nc)).statistic
+        ks[name] = st.kstest(
+            2 * c * np.asarray(xs[:, 1]), lambda y: st.ncx2.cdf(y, df, nc)
+        ).statistic
     assert ks["flow"] < ks["reference"], ks

@@ -9,10 +9,10 @@ from jax.test_util import check_grads
 
 from jaxgen.pde import (
     CoxIngersollRoss,
-    exact_log_transition,
     Heston,
-    log_ncx2_pdf,
     OrnsteinUhlenbeck,
+    exact_log_transition,
+    log_ncx2_pdf,
     sample_cir_exact,
     simulate_path,
 )
@@ -35,8 +35,7 @@ def test_log_ncx2_matches_scipy():
 
 def test_log_ncx2_grads():
     f = jax.jit(lambda y, df, nc: log_ncx2_pdf(y, df, nc))
-    check_grads(f, (jnp.asarray(5.0), jnp.asarray(3.0), jnp.asarray(4.0)), order=1,
-                modes=["rev"])
+    check_grads(f, (jnp.asarray(5.0), jnp.asarray(3.0), jnp.asarray(4.0)), order=1, modes=["rev"])
     with pytest.raises(ValueError, match="n_terms"):
         log_ncx2_pdf(1.0, 2.0, 1.0, n_terms=5)
 
@@ -58,8 +57,11 @@ def test_ou_density_matches_scipy():
     t, x0, x = 0.7, 1.0, 0.3
     m = 0.2 + (x0 - 0.2) * np.exp(-1.5 * t)
     v = 0.16 * (1 - np.exp(-3 * t)) / 3
-    np.testing.assert_allclose(exact_log_transition(ou, t, jnp.array([x]), jnp.array([x0]), lam),
-                               st.norm.logpdf(x, m, np.sqrt(v)), rtol=1e-12)
+    np.testing.assert_allclose(
+        exact_log_transition(ou, t, jnp.array([x]), jnp.array([x0]), lam),
+        st.norm.logpdf(x, m, np.sqrt(v)),
+        rtol=1e-12,
+    )
 
 
 def test_exact_cir_sampler_moments(getkey):
@@ -77,8 +79,9 @@ def test_exact_cir_sampler_moments(getkey):
 
 def test_simulate_path_euler_cir_moments(getkey):
     keys = jr.split(getkey(), 400)
-    paths = jax.jit(jax.vmap(lambda k: simulate_path(k, CIR, jnp.array([0.03]), LAM, 0.25, 2,
-                                                     substeps=4)))(keys)
+    paths = jax.jit(
+        jax.vmap(lambda k: simulate_path(k, CIR, jnp.array([0.03]), LAM, 0.25, 2, substeps=4))
+    )(keys)
     x1 = np.asarray(paths[:, -1, 0])
     mean = 0.06 + (0.03 - 0.06) * np.exp(-1.0)
     assert paths.shape == (400, 3, 1)
@@ -90,8 +93,11 @@ def test_simulate_path_euler_cir_moments(getkey):
 def test_simulate_path_euler_heston_moments(getkey):
     keys = jr.split(getkey(), 1000)
     hes, lam_h = Heston(), jnp.array([0.05, 2.0, 0.04, 0.3, -0.5])
-    hp = jax.jit(jax.vmap(lambda k: simulate_path(k, hes, jnp.array([0.0, 0.06]), lam_h, 0.5, 1,
-                                                  substeps=40)))(keys)
+    hp = jax.jit(
+        jax.vmap(
+            lambda k: simulate_path(k, hes, jnp.array([0.0, 0.06]), lam_h, 0.5, 1, substeps=40)
+        )
+    )(keys)
     s, v = np.asarray(hp[:, -1, 0]), np.asarray(hp[:, -1, 1])
     ev = 0.04 + 0.02 * np.exp(-1.0)
     es = 0.05 * 0.5 - 0.5 * (0.04 * 0.5 + 0.02 * (1 - np.exp(-1.0)) / 2.0)
@@ -112,8 +118,9 @@ def test_bad_inputs_raise():
     with pytest.raises(ValueError, match="trailing state axis"):
         CIR.check_state(jnp.ones(2))
     with pytest.raises(TypeError, match="no closed-form"):
-        exact_log_transition(Heston(), 0.25, jnp.ones(2), jnp.ones(2),
-                             jnp.array([0.0, 2.0, 0.04, 0.3, -0.5]))
+        exact_log_transition(
+            Heston(), 0.25, jnp.ones(2), jnp.ones(2), jnp.array([0.0, 2.0, 0.04, 0.3, -0.5])
+        )
     with pytest.raises(Exception, match="kappa, theta, sigma > 0"):
         CoxIngersollRoss(require_feller=False).check_params(jnp.array([-1.0, 0.1, 0.1]))
     with pytest.raises(Exception, match="kappa > 0 and sigma > 0"):

@@ -7,11 +7,11 @@ import pytest
 
 from jaxgen.pde import (
     CoxIngersollRoss,
+    Heston,
+    OrnsteinUhlenbeck,
     exact_log_transition,
     fp_log_residual,
     fp_log_rhs,
-    Heston,
-    OrnsteinUhlenbeck,
 )
 
 CIR = CoxIngersollRoss()
@@ -28,12 +28,18 @@ def _residuals(model, lam_density, lam_operator, x0, shift, t, x):
     One compile per model: the exact case (shift = 0, same lam), the perturbed density and the
     perturbed operator all reuse it.
     """
+
     def logp(s, y):
         return exact_log_transition(model, s, y, x0, lam_density) + shift * jnp.sum(y**2) * s
 
     def one(s, y):
-        res = fp_log_residual(logp, s, y, lambda v: model.drift(v, lam_operator),
-                              lambda v: model.diffusion(v, lam_operator))
+        res = fp_log_residual(
+            logp,
+            s,
+            y,
+            lambda v: model.drift(v, lam_operator),
+            lambda v: model.diffusion(v, lam_operator),
+        )
         return res, jax.grad(logp)(s, y)
 
     return jax.vmap(one)(t, x)
@@ -76,8 +82,12 @@ HESTON, HESTON_LAM = Heston(), jnp.array([0.05, 2.0, 0.04, 0.3, -0.5])
 
 def _heston_logp(t, x):
     # A non-Gaussian log-density with a cross term, positive in v.
-    return (-(x[0] - 0.1 * t) ** 2 / (0.3 + t) + 2.0 * jnp.log(x[1]) - x[1] / (0.05 + t)
-            + jnp.sin(x[0] * x[1]))
+    return (
+        -((x[0] - 0.1 * t) ** 2) / (0.3 + t)
+        + 2.0 * jnp.log(x[1])
+        - x[1] / (0.05 + t)
+        + jnp.sin(x[0] * x[1])
+    )
 
 
 @jax.jit
@@ -92,8 +102,9 @@ def _p_form_check(t, x):
     div_flux = jnp.trace(jax.jacfwd(flux)(x))
     hess = jax.jacfwd(jax.jacfwd(diff))(x)  # [i, j, k, l] = d_k d_l (a_ij p)
     direct = -div_flux + 0.5 * jnp.einsum("ijij->", hess)
-    via_log = p(t, x) * fp_log_rhs(_heston_logp, t, x, lambda y: model.drift(y, lam),
-                                   lambda y: model.diffusion(y, lam))
+    via_log = p(t, x) * fp_log_rhs(
+        _heston_logp, t, x, lambda y: model.drift(y, lam), lambda y: model.diffusion(y, lam)
+    )
     return via_log, direct
 
 
@@ -111,8 +122,12 @@ def test_residual_eager_equals_jit_and_checks_shapes():
     def logp(t, x):  # a Gaussian-like l that is not the OU density: the residual is not zero
         return -0.5 * (x[0] - x0[0] * jnp.exp(-t)) ** 2 / (0.1 + t) + 0.3 * t * x[0] ** 3
 
-    args = (jnp.asarray(0.2), jnp.array([0.7]), lambda y: OU1.drift(y, lam),
-            lambda y: OU1.diffusion(y, lam))
+    args = (
+        jnp.asarray(0.2),
+        jnp.array([0.7]),
+        lambda y: OU1.drift(y, lam),
+        lambda y: OU1.diffusion(y, lam),
+    )
     eager = fp_log_residual(logp, *args)
     jitted = eqx.filter_jit(fp_log_residual)(logp, *args)
     assert abs(float(eager)) > 1e-3

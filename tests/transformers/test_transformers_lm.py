@@ -12,14 +12,14 @@ import pytest
 import jaxgen.data._text as text_mod
 from jaxgen.core import minibatches
 from jaxgen.data import (
+    TEXT_CORPORA,
     BPETokenizer,
     ByteTokenizer,
+    MissingDataError,
     debian_files,
     load_text_corpus,
     load_text_documents,
-    MissingDataError,
     random_windows,
-    TEXT_CORPORA,
 )
 from jaxgen.nn import MIXERS, Transformer
 from jaxgen.transformers import (
@@ -54,8 +54,10 @@ def test_corpus_split_is_deterministic_and_disjoint():
     np.testing.assert_array_equal(a.train, b.train)
     np.testing.assert_array_equal(a.validation, b.validation)
     docs = a.train_documents + a.validation_documents
-    assert len(a.validation_documents) >= 1 and len(set(a.validation_documents)
-                                                     & set(a.train_documents)) == 0
+    assert (
+        len(a.validation_documents) >= 1
+        and len(set(a.validation_documents) & set(a.train_documents)) == 0
+    )
     assert sum(len(d.encode()) for d in docs) == a.train.size + a.validation.size
 
 
@@ -76,8 +78,7 @@ def test_corpus_errors(monkeypatch):
         load_text_corpus("python_stdlib", val_fraction=1.5)
     with pytest.raises(ValueError, match="max_bytes"):
         load_text_corpus("python_stdlib", max_bytes=0)
-    monkeypatch.setattr(text_mod, "debian_files",
-                        lambda pkg: debian_files("jaxgen-absent-" + pkg))
+    monkeypatch.setattr(text_mod, "debian_files", lambda pkg: debian_files("jaxgen-absent-" + pkg))
     with pytest.raises(MissingDataError, match="apt-get install jaxgen-absent-fortunes"):
         load_text_corpus("fortunes")
 
@@ -124,11 +125,13 @@ def test_loss_eval_score_closed_forms(model, uniform_model, getkey):
     np.testing.assert_allclose(eqx.filter_jit(lm_loss)(model, x, jr.key(0)), manual, rtol=1e-10)
     mask = jnp.ones(x.shape, bool).at[:, 5:].set(False)
     masked = jnp.mean(jax.vmap(lambda s: token_nll(model, s))(x)[:, :4])
-    np.testing.assert_allclose(eqx.filter_jit(lm_loss)(model, (x, mask), jr.key(0)), masked,
-                               rtol=1e-10)
+    np.testing.assert_allclose(
+        eqx.filter_jit(lm_loss)(model, (x, mask), jr.key(0)), masked, rtol=1e-10
+    )
     scores = score_sequences(model, x, mask)
-    np.testing.assert_allclose(scores, -jax.vmap(lambda s: token_nll(model, s))(x)[:, :4].sum(1),
-                               rtol=1e-10)
+    np.testing.assert_allclose(
+        scores, -jax.vmap(lambda s: token_nll(model, s))(x)[:, :4].sum(1), rtol=1e-10
+    )
     # uniform model: nll = log V exactly, perplexity = V
     ev = evaluate_lm(uniform_model, np.arange(40) % V, context=8, max_windows=3)
     assert ev.nll == pytest.approx(math.log(V), rel=1e-12)
@@ -187,8 +190,15 @@ def _overfit(mixer: str) -> tuple[float, float]:
     ids = tok.encode(TINY_TEXT)
     kwargs = {"num_experts": 2, "top_k": 1} if mixer == "moe" else {}
     m = Transformer(256, 16, 1, 2, 16, key=jr.key(0), mixer=mixer, mixer_kwargs=kwargs)
-    res = train_lm(m, random_windows(ids, 8, 17), num_steps=80, key=jr.key(1),
-                   learning_rate=3e-2, warmup_steps=5, weight_decay=0.0)
+    res = train_lm(
+        m,
+        random_windows(ids, 8, 17),
+        num_steps=80,
+        key=jr.key(1),
+        learning_rate=3e-2,
+        warmup_steps=5,
+        weight_decay=0.0,
+    )
     return float(res.losses[0]), float(np.mean(res.losses[-5:]))
 
 
@@ -215,12 +225,22 @@ def test_fine_tune_on_samples_and_resume(model, tmp_path, getkey):
     batches = minibatches(samples, 4)
     whole = train_lm(model, batches, num_steps=4, key=jr.key(5), optimizer=opt)
     # "Killed" after step 2 (its checkpoint is the last thing it wrote), then restarted to 4.
-    train_lm(model, batches, num_steps=2, key=jr.key(5), optimizer=opt,
-             checkpoint_dir=str(tmp_path), checkpoint_every=2)
-    again = train_lm(model, batches, num_steps=4, key=jr.key(5), optimizer=opt,
-                     checkpoint_dir=str(tmp_path))
+    train_lm(
+        model,
+        batches,
+        num_steps=2,
+        key=jr.key(5),
+        optimizer=opt,
+        checkpoint_dir=str(tmp_path),
+        checkpoint_every=2,
+    )
+    again = train_lm(
+        model, batches, num_steps=4, key=jr.key(5), optimizer=opt, checkpoint_dir=str(tmp_path)
+    )
     assert again.resumed_from == 2 and again.losses.shape == (4,)
     np.testing.assert_allclose(again.losses, whole.losses, rtol=1e-10)
-    for a, b in zip(jax.tree_util.tree_leaves(eqx.filter(again.model, eqx.is_array)),
-                    jax.tree_util.tree_leaves(eqx.filter(whole.model, eqx.is_array))):
+    for a, b in zip(
+        jax.tree_util.tree_leaves(eqx.filter(again.model, eqx.is_array)),
+        jax.tree_util.tree_leaves(eqx.filter(whole.model, eqx.is_array)),
+    ):
         np.testing.assert_allclose(a, b, rtol=1e-10)

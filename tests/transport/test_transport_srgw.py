@@ -85,8 +85,7 @@ def test_lmo_and_exact_line_search():
     np.testing.assert_allclose(np.asarray(jnp.sum(G * S, 1)), np.asarray(G.min(1) / n), rtol=1e-12)
     D = S - T
     gamma, F_new = jax.jit(exact_line_search)(A, T, W, D)
-    np.testing.assert_allclose(float(F_new), float(srgw_objective(A, T + gamma * D, W)),
-                               rtol=1e-12)
+    np.testing.assert_allclose(float(F_new), float(srgw_objective(A, T + gamma * D, W)), rtol=1e-12)
     grid = jnp.linspace(0.0, 1.0, 201)
     on_grid = jax.jit(jax.vmap(lambda g: srgw_objective(A, T + g * D, W)))(grid)
     assert float(F_new) <= float(on_grid.min()) + 1e-12
@@ -137,8 +136,9 @@ def test_float32_dtype_preserved():
     T0 = jnp.asarray(np.eye(3)[rng.integers(0, 3, 20)] / 20, dtype=jnp.float32)
     out = srgw_barycenter(A, T0, max_steps=50, tol=1e-5, throw=False)
     assert out.coupling.dtype == jnp.float32 and out.structure.dtype == jnp.float32
-    chex.assert_trees_all_close(out.coupling.sum(1), jnp.full((20,), 1 / 20, jnp.float32),
-                                atol=1e-7)
+    chex.assert_trees_all_close(
+        out.coupling.sum(1), jnp.full((20,), 1 / 20, jnp.float32), atol=1e-7
+    )
 
 
 def test_vmap_over_starts_equals_loop():
@@ -178,8 +178,9 @@ def test_pot_agreement_fixed_w():
         T0 = np.eye(K)[np.random.default_rng(seed).integers(0, K, n)] / n
         ours = _solve(jnp.asarray(A), jnp.asarray(W), jnp.asarray(T0))
         assert ours.result == RESULTS.successful
-        _, log = ot.gromov.semirelaxed_gromov_wasserstein(A, W, h, G0=T0, log=True,
-                                                          tol_rel=1e-12, tol_abs=0.0)
+        _, log = ot.gromov.semirelaxed_gromov_wasserstein(
+            A, W, h, G0=T0, log=True, tol_rel=1e-12, tol_abs=0.0
+        )
         np.testing.assert_allclose(float(ours.objective), log["srgw_dist"], rtol=1e-6)
 
 
@@ -190,10 +191,12 @@ def test_pot_agreement_directed():
     A, W = (rng.random((n, n)) < 0.3).astype(float), rng.random((K, K))
     h = np.full(n, 1.0 / n)
     T0 = np.eye(K)[rng.integers(0, K, n)] / n
-    ours = solve_srgw_coupling(jnp.asarray(A), jnp.asarray(W), jnp.asarray(T0), tol=1e-12,
-                               symmetric=False)
-    _, log = ot.gromov.semirelaxed_gromov_wasserstein(A, W, h, G0=T0, log=True, symmetric=False,
-                                                      tol_rel=1e-12, tol_abs=0.0)
+    ours = solve_srgw_coupling(
+        jnp.asarray(A), jnp.asarray(W), jnp.asarray(T0), tol=1e-12, symmetric=False
+    )
+    _, log = ot.gromov.semirelaxed_gromov_wasserstein(
+        A, W, h, G0=T0, log=True, symmetric=False, tol_rel=1e-12, tol_abs=0.0
+    )
     np.testing.assert_allclose(float(ours.objective), log["srgw_dist"], rtol=1e-6)
 
 
@@ -210,10 +213,21 @@ def test_pot_barycenter_objective_within_5_percent():
         T0 = np.eye(K)[np.random.default_rng(seed).integers(0, K, n)] / n
         ours.append(float(fit(jnp.asarray(T0))))
         Wp, log = ot.gromov.semirelaxed_gromov_barycenters(
-            K, [A], [h], [1.0], loss_fun="square_loss", symmetric=True, G0="kmeans", log=True,
-            tol=1e-7, warmstartT=True, random_state=seed)
-        theirs.append(float(srgw_objective(jnp.asarray(A), jnp.asarray(log["T"][0]),
-                                           jnp.asarray(Wp))))
+            K,
+            [A],
+            [h],
+            [1.0],
+            loss_fun="square_loss",
+            symmetric=True,
+            G0="kmeans",
+            log=True,
+            tol=1e-7,
+            warmstartT=True,
+            random_state=seed,
+        )
+        theirs.append(
+            float(srgw_objective(jnp.asarray(A), jnp.asarray(log["T"][0]), jnp.asarray(Wp)))
+        )
     assert min(ours) <= 1.05 * min(theirs)
 
 
