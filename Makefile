@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 # Two pytest-xdist workers (the CI box has 2 cores); `make test PYTEST_PARALLEL=` runs serially.
 PYTEST_PARALLEL ?= -n 2
 
-.PHONY: test bench venv install-test install-bench peers debian-data report clean
+.PHONY: test lint bench venv install-test install-bench peers debian-data report clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -46,8 +46,15 @@ debian-data:
 	  fi; \
 	else echo "WARNING: no apt-get; Debian corpora (bible-kjv, fortunes, dict-jargon) are skipped"; fi
 
+# The slowest units are listed in every run (CI logs included) to keep the test budget visible.
 test: install-test
-	$(PY) -m pytest -q $(PYTEST_PARALLEL) $(PYTEST_ARGS)
+	$(PY) -m pytest -q $(PYTEST_PARALLEL) --durations=25 $(PYTEST_ARGS)
+
+# ruff lint and format check over the code (configuration in pyproject.toml); CI runs it first.
+lint: $(PY)
+	$(PIP) install -q 'ruff>=0.5'
+	$(VENV)/bin/ruff check jaxgen benchmarks tests
+	$(VENV)/bin/ruff format --check jaxgen benchmarks tests
 
 # A benchmark that cannot run is reported (and makes `make bench` exit non-zero), but never
 # stops the others or the report.

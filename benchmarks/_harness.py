@@ -134,7 +134,9 @@ class Recorder:
 def time_call(
     fn: Callable[..., Any], *args: Any, repeats: int = 5, **kwargs: Any
 ) -> dict[str, float]:
-    """``{"first_call_s", "median_s"}`` of ``fn(*args, **kwargs)``, each ending in block_until_ready."""
+    """``{"first_call_s", "median_s"}`` of ``fn(*args, **kwargs)``, each ending in
+    block_until_ready.
+    """
     import jax
 
     t0 = time.perf_counter()

@@ -279,7 +279,7 @@ def _run(config, key, rec):
                 miss = coverage_from_data(jnp.asarray(x), alpha, chunk=chunk)
                 del x
             miss = np.asarray(miss)
-            for n, m in zip(names, miss):
+            for n, m in zip(names, miss, strict=True):
                 table[f"{dist}_d{d}_{n}"] = 1 - float(m)
                 worst[n] = min(worst[n], 1 - float(m))
     rec.metric("coverage_table", table)

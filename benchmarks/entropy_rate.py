@@ -266,9 +266,10 @@ def _speed(config: dict, key, rec) -> None:
         rec.peer(
             "pydivsufsort",
             {
-                "lpf_s": dict(zip(res["n"], res["pydivsufsort_lpf_s"])),
+                "lpf_s": dict(zip(res["n"], res["pydivsufsort_lpf_s"], strict=True)),
                 "ratio_jaxgen_over_c": [
-                    a / b for a, b in zip(res["suffix_array_s"], res["pydivsufsort_lpf_s"])
+                    a / b
+                    for a, b in zip(res["suffix_array_s"], res["pydivsufsort_lpf_s"], strict=True)
                 ],
             },
         )
@@ -472,7 +473,7 @@ def _collapse(config: dict, key, rec) -> None:
     )
     with rec.figure("collapse", ncols=3, figsize=(14, 4)) as (fig, axes):
         xs = np.arange(gens + 1)
-        for arm, color in zip(ARMS, ("tab:gray", "tab:red", "tab:blue")):
+        for arm, color in zip(ARMS, ("tab:gray", "tab:red", "tab:blue"), strict=True):
             for ax, k, title in zip(
                 axes,
                 ("unique_trigrams", "repetition", "real_nll_bits"),
@@ -481,6 +482,7 @@ def _collapse(config: dict, key, rec) -> None:
                     "within-doc 4-gram repetition",
                     "held-out real text NLL (bits/byte)",
                 ),
+                strict=True,
             ):
                 v = hist[arm][k]
                 ax.plot(xs, v.mean(0), "o-", color=color, label=arm)

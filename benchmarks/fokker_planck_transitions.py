@@ -1,4 +1,5 @@
-"""Neural Galerkin flow transition densities for CIR/OU and Bayesian inference (exact/Euler/surrogate).
+"""Neural Galerkin flow transition densities for CIR/OU and Bayesian inference
+(exact/Euler/surrogate).
 
 Quick mode (CPU): one short Neural Galerkin training of the amortised CIR flow at Delta = 0.25,
 its KL to the exact ncx2 transition on held-out (x0, lam), and NUTS posteriors (exact, Euler,

@@ -377,7 +377,9 @@ def run(config: dict, key, rec) -> None:
             axes[1].plot(ks, [np.mean(ent[method][k]) for k in ks], "o-", label=method)
         axes[0].axhline(h_tok, color="k", ls="--", label="true entropy / token")
         for ax, lab in zip(
-            axes, ("sample NLL under true source (nats/token)", "unigram entropy of samples (nats)")
+            axes,
+            ("sample NLL under true source (nats/token)", "unigram entropy of samples (nats)"),
+            strict=True,
         ):
             ax.set_xscale("log", base=2)
             ax.set_xlabel("sampling steps K")

@@ -136,7 +136,8 @@ def _gaussian_part(config, key, rec):
     mean_kl = np.array([np.mean(kls[n]) for n in config["gauss_ns"]])
     slope = float(np.polyfit(np.log(ns), np.log(mean_kl), 1)[0])
     rec.metric(
-        "gauss_kl_mean_by_n", {str(n): float(v) for n, v in zip(config["gauss_ns"], mean_kl)}
+        "gauss_kl_mean_by_n",
+        {str(n): float(v) for n, v in zip(config["gauss_ns"], mean_kl, strict=True)},
     )
     rec.metric(
         "gauss_kl_se_by_n",

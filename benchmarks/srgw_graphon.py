@@ -26,7 +26,10 @@ from jaxgen.graphs import (
 from jaxgen.transport import srgw_barycenter, srgw_objective
 
 NAME = "srgw_graphon"
-PAPER = "Dufour, Naepels, Santoro. Network learning with semi-relaxed Gromov-Wasserstein (arXiv 2606.02223)"
+PAPER = (
+    "Dufour, Naepels, Santoro. Network learning with semi-relaxed Gromov-Wasserstein "
+    "(arXiv 2606.02223)"
+)
 CONFIGS = {
     # quick (compilation-bound): every estimator shape is compiled once (graphons of one n share
     # one vmapped call); n in {200, 400, 800}; the planted SBM at n = 400 and 800 only; link AUC
@@ -165,7 +168,7 @@ def run(config, key, rec):
                         for r in range(reps)
                     ]
             if ot is not None and n in config["pot_ns"]:
-                for g, model in enumerate(group):
+                for model in group:
                     row = []
                     for r in range(config["pot_reps"]):
                         A_np = np.asarray(batch[model][0][r][0], dtype=np.float64)

@@ -786,12 +786,12 @@ def _center_biases(model: Any, x: Array) -> Any:
     if isinstance(model, ICNN):
         Ws, _ = model.effective_weights()
         new_b, z = [], None
-        for l in range(len(model.b)):
-            pre = x @ model.A[l].T + model.b[l][None, :]
+        for layer in range(len(model.b)):
+            pre = x @ model.A[layer].T + model.b[layer][None, :]
             if z is not None:
-                pre = pre + z @ Ws[l - 1].T
+                pre = pre + z @ Ws[layer - 1].T
             shift = jnp.mean(pre, axis=0)
-            new_b.append(model.b[l] - shift)
+            new_b.append(model.b[layer] - shift)
             z = jax.nn.relu(pre - shift[None, :])
         return eqx.tree_at(lambda m: m.b, model, tuple(new_b))
     weights = model.weights if isinstance(model, ReLUNet) else model.effective_weights()[0]

@@ -224,10 +224,24 @@ def test_fit_chunked_resume_equals_uninterrupted(mlp_runs, tmp_path):
     ckpt = str(tmp_path / "chunked")
     kwargs = dict(key=jr.key(2), steps_per_call=7, checkpoint_dir=ckpt, progress=False)
     # Killed at step 50 (a checkpoint multiple, not a multiple of 7), then restarted.
-    fit(noisy_loss, model, regression_sampler(16), optimizer, num_steps=50,
-        checkpoint_every=25, **kwargs)  # fmt: skip
-    resumed = fit(noisy_loss, model, regression_sampler(16), optimizer, num_steps=120,
-                  checkpoint_every=25, **kwargs)  # fmt: skip
+    fit(
+        noisy_loss,
+        model,
+        regression_sampler(16),
+        optimizer,
+        num_steps=50,
+        checkpoint_every=25,
+        **kwargs,
+    )
+    resumed = fit(
+        noisy_loss,
+        model,
+        regression_sampler(16),
+        optimizer,
+        num_steps=120,
+        checkpoint_every=25,
+        **kwargs,
+    )
     assert resumed.resumed_from == 50
     np.testing.assert_allclose(resumed.losses, runs[7].losses, rtol=1e-10)
     assert latest_checkpoint(ckpt).endswith("step_00000120")
@@ -250,9 +264,20 @@ def test_fit_threads_state_and_step_and_resumes(tmp_path, getkey):
         evals.append(step)
         return {"total": float(s[0])}
 
-    full = fit(counting_loss, model, sampler, optax.adam(0.05), num_steps=30, key=key,
-               state=state0, pass_step=True, steps_per_call=8, callback=callback,
-               callback_every=10, progress=False)  # fmt: skip
+    full = fit(
+        counting_loss,
+        model,
+        sampler,
+        optax.adam(0.05),
+        num_steps=30,
+        key=key,
+        state=state0,
+        pass_step=True,
+        steps_per_call=8,
+        callback=callback,
+        callback_every=10,
+        progress=False,
+    )
     # The state is the sum over steps of each batch's mean target: recompute it step by step.
     expected = 0.0
     for k in range(30):
@@ -263,8 +288,15 @@ def test_fit_threads_state_and_step_and_resumes(tmp_path, getkey):
     assert evals == [10, 20, 30] and [s for s, _ in full.evaluations] == [10, 20, 30]
     np.testing.assert_allclose(full.evaluations[-1][1]["total"], expected, rtol=1e-10)
     ckpt = str(tmp_path / "stateful")
-    common = dict(key=key, state=state0, pass_step=True, steps_per_call=8,
-                  checkpoint_dir=ckpt, checkpoint_every=12, progress=False)  # fmt: skip
+    common = dict(
+        key=key,
+        state=state0,
+        pass_step=True,
+        steps_per_call=8,
+        checkpoint_dir=ckpt,
+        checkpoint_every=12,
+        progress=False,
+    )
     fit(counting_loss, model, sampler, optax.adam(0.05), num_steps=12, **common)
     resumed = fit(counting_loss, model, sampler, optax.adam(0.05), num_steps=30, **common)
     assert resumed.resumed_from == 12
@@ -285,10 +317,19 @@ def test_fit_keeps_the_callers_model_and_compiles_once(getkey):
     opt = optax.sgd(0.1)
     m, o, s, sampler = model, opt.init(model), None, regression_sampler(8)
     for start in (0, 10, 20):  # the last chunk is cut short: same executable
-        m, o, s, _ = counted(getkey(), m, o, s, jnp.asarray(start, jnp.int32),
-                             jnp.asarray(10 if start < 20 else 5, jnp.int32), chunk_size=10,
-                             loss_fn=squared_loss, batches=sampler, optimizer=opt,
-                             mesh=None)  # fmt: skip
+        m, o, s, _ = counted(
+            getkey(),
+            m,
+            o,
+            s,
+            jnp.asarray(start, jnp.int32),
+            jnp.asarray(10 if start < 20 else 5, jnp.int32),
+            chunk_size=10,
+            loss_fn=squared_loss,
+            batches=sampler,
+            optimizer=opt,
+            mesh=None,
+        )
 
 
 def test_fit_chunking_bad_input(getkey):

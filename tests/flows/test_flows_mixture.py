@@ -164,8 +164,12 @@ class _ConditionAsVelocity(AbstractVelocityField):
 def test_conditional_flow_matching_wiring_and_dropout(getkey):
     x0, x1 = jr.normal(getkey(), (4000, 2)), 2.0 + jr.normal(getkey(), (4000, 2))
     target = x1 - x0
-    loss = jax.jit(ft.partial(flow_matching_loss, interpolant=LinearInterpolant(),
-                              time_sampler="logit_normal"), static_argnames=())  # fmt: skip
+    loss = jax.jit(
+        ft.partial(
+            flow_matching_loss, interpolant=LinearInterpolant(), time_sampler="logit_normal"
+        ),
+        static_argnames=(),
+    )
     field = _ConditionAsVelocity()
     np.testing.assert_allclose(loss(field, (x0, x1, target), getkey()), 0.0, atol=1e-12)
     # Dropped conditions are zeros, so the loss is the dropped fraction of E|x1 - x0|^2.
@@ -181,8 +185,10 @@ def test_conditional_flow_matching_wiring_and_dropout(getkey):
     with pytest.raises(ValueError, match="`args` must be a \\(3,\\) vector"):
         mlp(0.5, jnp.zeros(2))
     with pytest.raises(ValueError, match="`cond_dropout` must lie"):
-        flow_matching_loss(field, (x0, x1, target), getkey(), interpolant=LinearInterpolant(),
-                           cond_dropout=1.5)  # fmt: skip
+        flow_matching_loss(
+            field, (x0, x1, target), getkey(), interpolant=LinearInterpolant(), cond_dropout=1.5
+        )
     with pytest.raises(ValueError, match="`time_sampler` must be one of"):
-        flow_matching_loss(field, (x0, x1), getkey(), interpolant=LinearInterpolant(),
-                           time_sampler="beta")  # fmt: skip
+        flow_matching_loss(
+            field, (x0, x1), getkey(), interpolant=LinearInterpolant(), time_sampler="beta"
+        )

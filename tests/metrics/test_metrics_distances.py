@@ -98,8 +98,9 @@ def test_feature_frechet_distance_against_numpy():
     expected = gaussian_w2_numpy(ma, sa, mb, sb) ** 2
     ours = jax.jit(feature_frechet_distance)(jnp.asarray(a), jnp.asarray(b))
     np.testing.assert_allclose(ours, expected, rtol=1e-8)
-    np.testing.assert_allclose(feature_frechet_distance(jnp.asarray(a), jnp.asarray(a)), 0.0,
-                               atol=1e-8)  # fmt: skip
+    np.testing.assert_allclose(
+        feature_frechet_distance(jnp.asarray(a), jnp.asarray(a)), 0.0, atol=1e-8
+    )
     with pytest.raises((TypeError, ValueError), match="feats_b|feature size"):
         feature_frechet_distance(jnp.zeros((4, 3)), jnp.zeros((4, 2)))
     with pytest.raises(ValueError, match="`feats_b` must have shape"):

@@ -162,10 +162,12 @@ def test_attention_key_mask_equals_attention_on_kept_tokens():
     x2 = x.at[1].set(100.0).at[4].set(-3.0)
     np.testing.assert_allclose(attn(x2, causal=False, mask=mask)[keep], masked[keep], rtol=1e-10)
     # mask=None is the unmasked graph; an all-True mask gives the same values.
-    np.testing.assert_allclose(attn(x, causal=True, mask=jnp.ones(6, bool)),
-                               attn(x, causal=True), rtol=1e-12)  # fmt: skip
-    block = TransformerBlock(8, 2, "mlp", {}, rotary=False, time_conditioning=False,
-                             out_std=0.02, key=key)  # fmt: skip
+    np.testing.assert_allclose(
+        attn(x, causal=True, mask=jnp.ones(6, bool)), attn(x, causal=True), rtol=1e-12
+    )
+    block = TransformerBlock(
+        8, 2, "mlp", {}, rotary=False, time_conditioning=False, out_std=0.02, key=key
+    )
     out, _ = block(x2, None, causal=False, mask=mask)
     ref, _ = block(x[keep], None, causal=False)
     np.testing.assert_allclose(out[keep], ref, rtol=1e-10, atol=1e-12)
