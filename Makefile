@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 # Two pytest-xdist workers (the CI box has 2 cores); `make test PYTEST_PARALLEL=` runs serially.
 PYTEST_PARALLEL ?= -n 2
 
-.PHONY: test lint bench venv install-test install-bench peers debian-data report clean
+.PHONY: test lint bench smoke venv install-test install-bench peers debian-data report clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +61,11 @@ lint: $(PY)
 bench: install-bench peers debian-data
 	@status=0; $(PY) -m benchmarks run all --quick || status=$$?; \
 	$(PY) -m benchmarks report; exit $$status
+
+# Every benchmark's --full code path at minimal sizes (SMOKE overrides): catches --full bugs on
+# a CPU; results go to results/smoke/ and are never reported as results.
+smoke: install-bench peers debian-data
+	$(PY) -m benchmarks run all --full --smoke
 
 report: $(PY)
 	$(PY) -m benchmarks report

@@ -85,6 +85,21 @@ CONFIGS = {
     },
 }
 
+# --full --smoke: the full configuration's code path, every size cut to the least that runs.
+SMOKE = {
+    "max_bytes": 20000,
+    "dim": 16,
+    "layers": 1,
+    "heads": 2,
+    "context": 16,
+    "batch": 4,
+    "steps": 3,
+    "depth": 2,
+    "deep_depth": 4,
+    "eval_windows": 2,
+    "time_repeats": 1,
+}
+
 
 def _variant(name: str, cfg: dict) -> tuple[str, dict, int, int | None]:
     """(mixer, mixer_kwargs, layers, dyadic_depth) of a variant."""

@@ -69,6 +69,28 @@ CONFIGS = {
     },
 }
 
+# --full --smoke: the full configuration's code path, every size cut to the least that runs.
+SMOKE = {
+    "mlp_in": 4,
+    "mlp_width": 8,
+    "mlp_depth": 1,
+    "mlp_batch": 8,
+    "mlp_steps": 20,
+    "mlp_steps_k1": 5,
+    "lm_dim": 16,
+    "lm_layers": 1,
+    "lm_heads": 2,
+    "lm_context": 8,
+    "lm_batch": 2,
+    "lm_steps": 6,
+    "lm_steps_k1": 3,
+    "chunk": 4,
+    "repeats": 1,
+    "ode_batch": 8,
+    "sde_steps": 5,
+    "solver_repeats": 1,
+}
+
 
 # --- the training problems (module level: `fit` reuses its compiled chunk across calls) ------
 

@@ -101,6 +101,25 @@ CONFIGS = {
     },
 }
 
+# --full --smoke: the full configuration's code path, every size cut to the least that runs.
+SMOKE = {
+    "accuracy_ns": [1024, 2048],
+    "replicates": 1,
+    "sw_window": 64,
+    "speed_ns": [1000, 2000],
+    "brute_n": 512,
+    "lm": {
+        "dim": 16,
+        "layers": 1,
+        "heads": 2,
+        "context": 16,
+        "pretrain_steps": 3,
+        "batch": 2,
+        "corpus_bytes": 20000,
+    },
+    "collapse": {"generations": 1, "docs": 4, "ft_steps": 2, "seeds": 1, "eval_windows": 2},
+}
+
 ARMS = ("random", "logprob", "hk")
 
 

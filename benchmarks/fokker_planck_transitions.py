@@ -61,6 +61,20 @@ CONFIGS = {
         },
     },
 }
+
+# --full --smoke: the full configuration's code path, every size cut to the least that runs.
+SMOKE = {
+    "width": 4,
+    "units": 2,
+    "colloc": 16,
+    "ng_steps": 3,
+    "n_obs": 20,
+    "warmup": 5,
+    "samples": 5,
+    "chains": 1,
+    "held_out": 4,
+    "heston": {"units": 2, "width": 4, "colloc": 16, "ng_steps": 3, "samples": 50},
+}
 DELTA = 0.25
 TRUTH = (2.0, 0.06, 4.0)  # kappa, theta, nu (sigma = sqrt(2 kappa theta / nu))
 BOX = {"kappa": (0.5, 4.0), "theta": (0.02, 0.15), "nu": (2.0, 8.0)}

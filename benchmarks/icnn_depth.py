@@ -87,6 +87,30 @@ CONFIGS = {
     },
 }
 
+# --full --smoke: the full configuration's code path, every size cut to the least that runs.
+SMOKE = {
+    "n_values": [4],
+    "widths": [8],
+    "seeds": 1,
+    "relu_plus_seeds": 1,
+    "steps": 5,
+    "batch": 16,
+    "relu_plus_width": 8,
+    "relu_plus_hidden": [1, 2],
+    "relu_width": 8,
+    "test_points": 64,
+    "sup_samples": 64,
+    "sup_starts": 2,
+    "sup_ascent": 2,
+    "sep_k": [2],
+    "sep_icnn_hidden": [1, 2],
+    "sep_icnn_width": 8,
+    "sep_steps": 5,
+    "peer_hidden": [1],
+    "peer_width": 8,
+    "peer_steps": 5,
+}
+
 
 def _optimizer(lr, steps):
     return optax.adam(optax.cosine_decay_schedule(lr, steps))

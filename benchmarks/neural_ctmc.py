@@ -108,6 +108,30 @@ CONFIGS = {
     },
 }
 
+# --full --smoke: the full configuration's code path, every size cut to the least that runs.
+SMOKE = {
+    "L": 8,
+    "dim": 16,
+    "layers": 1,
+    "heads": 2,
+    "batch": 4,
+    "train_steps": 3,
+    "claim_seeds": 1,
+    "sample_steps": [16],
+    "num_samples": 8,
+    "eval_seqs": 4,
+    "eval_times": 2,
+    "text": {
+        "max_bytes": 20000,
+        "L": 16,
+        "train_steps": 3,
+        "scorer_steps": 3,
+        "sample_steps": 4,
+        "num_samples": 4,
+        "eval_seqs": 4,
+    },
+}
+
 TEXT_CHARS = "abcdefghijklmnopqrstuvwxyz .,'\n"  # everything else -> one extra symbol
 
 

@@ -80,6 +80,26 @@ CONFIGS = {
     },
 }
 
+# --full --smoke: the full configuration's code path, every size cut to the least that runs.
+SMOKE = {
+    "gauss_ns": [64, 128],
+    "gauss_seeds": 2,
+    "gauss_steps": 5,
+    "ring_dims": [2, 8],
+    "ring_n": 128,
+    "width": 8,
+    "depth": 1,
+    "steps": 5,
+    "batch": 16,
+    "num_sources": 8,
+    "num_inner": 4,
+    "num_samples": 16,
+    "sample_steps": 5,
+    "sample_inner": 4,
+    "num_test": 32,
+    "sinkhorn_n": 64,
+}
+
 MU_G = np.array([1.0, -0.5])
 S_G = np.array([[0.5, 0.2], [0.2, 0.3]])
 

@@ -63,6 +63,21 @@ CONFIGS = {
         "davis_starts": 30,
     },
 }
+
+# --full --smoke: the full configuration's code path, every size cut to the least that runs.
+SMOKE = {
+    "ns": [50, 100],
+    "sbm_ns": [50, 100],
+    "reps": 1,
+    "starts": 1,
+    "pot_reps": 1,
+    "pot_ns": [50],
+    "speed_n": 100,
+    "batch_size": 2,
+    "batch_n": 50,
+    "real_reps": 1,
+    "davis_starts": 2,
+}
 B3 = np.array([[0.8, 0.1, 0.2], [0.1, 0.7, 0.15], [0.2, 0.15, 0.6]])
 PI3 = np.array([0.3, 0.3, 0.4])
 MODELS = ("abs_diff", "product", "sbm3")

@@ -59,6 +59,20 @@ CONFIGS = {
     },
 }
 
+# --full --smoke: the full configuration's code path, every size cut to the least that runs.
+SMOKE = {
+    "dims": [2, 8],
+    "steps": [1, 2],
+    "learn_dim": 2,
+    "train_steps": 5,
+    "batch": 16,
+    "width": 8,
+    "depth": 1,
+    "eval_samples": 256,
+    "separations": [0.0, 1.0],
+    "quantiles": 1000,
+}
+
 
 def random_gaussian_pair(key, dim):
     k = jr.split(key, 4)
