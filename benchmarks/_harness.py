@@ -208,6 +208,11 @@ def load(name: str) -> Any:
     return module
 
 
+def _num(value: float | None) -> str:
+    """A claim figure for a table; ``None`` is how JSON stores a NaN value."""
+    return "nan" if value is None else f"{value:.4g}"
+
+
 def _markdown(res: dict[str, Any]) -> str:
     lines = [
         f"# {res['name']} ({res['mode']}{', smoke' if res.get('smoke') else ''})",
@@ -232,8 +237,8 @@ def _markdown(res: dict[str, Any]) -> str:
     for c in res["claims"]:
         mark = "yes" if c["holds"] else "**NO**"
         lines.append(
-            f"| {c['id']} | {c['statement']} | {c['value']:.4g} | {c['op']} | "
-            f"{c['threshold']:.4g} | {mark} |"
+            f"| {c['id']} | {c['statement']} | {_num(c['value'])} | {c['op']} | "
+            f"{_num(c['threshold'])} | {mark} |"
         )
     lines += ["", "## Metrics", "", "| metric | value |", "|---|---|"]
     for k, v in res["metrics"].items():
@@ -379,8 +384,8 @@ def report(out_dir: str) -> str:
         for c in r["claims"]:
             mark = "yes" if c["holds"] else "**NO**"
             lines.append(
-                f"| {c['id']}: {c['statement']} | {c['value']:.4g} | {c['op']} | "
-                f"{c['threshold']:.4g} | {mark} |"
+                f"| {c['id']}: {c['statement']} | {_num(c['value'])} | {c['op']} | "
+                f"{_num(c['threshold'])} | {mark} |"
             )
         if r["peers"]:
             lines += [

@@ -71,7 +71,7 @@ SMOKE = {
     "n_obs": 20,
     "warmup": 5,
     "samples": 5,
-    "chains": 1,
+    "chains": 2,
     "held_out": 4,
     "heston": {"units": 2, "width": 4, "colloc": 16, "ng_steps": 3, "samples": 50},
 }
@@ -129,7 +129,9 @@ def _posterior(pde, logpost, init, key, cfg, rec, timed=True):
     if timed:
         grad_call = rec.time(jax.jit(jax.value_and_grad(logpost)), init)["median_s"]
         total_grads = float(res.num_grads) * cfg["samples"] * cfg["chains"]
-        out.update(grad_call_s=grad_call, time_per_ess_s=grad_call * total_grads / min_ess)
+        # A chain with no effective sample (ESS 0) has an infinite cost per effective sample.
+        per_ess = grad_call * total_grads / min_ess if min_ess > 0 else float("inf")
+        out.update(grad_call_s=grad_call, time_per_ess_s=per_ess)
     return u.reshape(-1, u.shape[-1]), out
 
 

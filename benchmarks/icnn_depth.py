@@ -333,7 +333,7 @@ def run(config, key, rec):
         trained_plus = trained[len(cells) : len(cells) + len(cfg["relu_plus_hidden"])]
         trained_relu = trained[-1]
         table = {}
-        for (width, L, kk), members in zip(cells, trained, strict=True):
+        for (width, L, kk), members in zip(cells, trained[: len(cells)], strict=True):
             rm, su = [], []
             for s, model in enumerate(members):
                 r, u = _evaluate(model, x_test, jr.fold_in(kk, 2 + s), n, cfg)

@@ -72,7 +72,7 @@ SMOKE = {
     "path_steps": 2,
     "sk_iter": 2,
     "vlm_crops": 2,
-    "vlm_m": [4],
+    "vlm_m": [4, 8],
 }
 
 
