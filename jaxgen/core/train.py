@@ -351,6 +351,16 @@ def fit(
         stateful=stateful,
         pass_step=pass_step,
     )
+    # Chunk losses stay on the device until something needs them (a checkpoint, a callback, the
+    # progress bar, the end): no host sync between chunks, so the next chunk is dispatched while
+    # the device still runs the current one.
+    pending: list[tuple[jax.Array, int]] = []
+
+    def flush() -> None:
+        for chunk_losses, count in pending:
+            losses.extend(float(x) for x in np.asarray(jax.device_get(chunk_losses))[:count])
+        pending.clear()
+
     step = start
     while step < num_steps:
         stop = min(num_steps, step + chunk_size)
@@ -369,17 +379,21 @@ def fit(
             chunk_size=chunk_size,
             **step_kwargs,
         )
-        losses.extend(float(x) for x in np.asarray(jax.device_get(chunk_losses))[:count])
+        pending.append((chunk_losses, count))
         step = stop
         if bar is not None:
+            flush()
             bar.update(step - bar.n)
             bar.set_postfix(loss=f"{losses[-1]:.4g}")
-        if step % checkpoint_every == 0 or step == num_steps:
+        if checkpoint_dir is not None and (step % checkpoint_every == 0 or step == num_steps):
+            flush()
             checkpoint(step)
         if callback is not None and (step % callback_every == 0 or step == num_steps):
+            flush()
             out = callback(step, model, state)
             if out is not None:
                 evaluations.append((step, dict(out)))
+    flush()
     if bar is not None:
         bar.close()
     return FitResult(
