@@ -114,23 +114,27 @@ def _chunk(
     chunk_size: int,
     **step_kwargs: Any,
 ) -> tuple[PyTree, optax.OptState, PyTree, Float[Array, " chunk"]]:
-    """Steps ``start, ..., start + count - 1`` (``count <= chunk_size``) in one compiled loop.
+    """Steps ``start, ..., start + count - 1`` (``count <= chunk_size``) in one ``lax.scan``.
 
-    ``count`` is traced, so a short last chunk (or one cut at a checkpoint) reuses the same
-    executable; the returned losses are valid in their first ``count`` entries.
+    The scan has the static length ``chunk_size``; iterations ``i >= count`` pass the carry
+    through (``lax.cond``), so a short last chunk (or one cut at a checkpoint) reuses the same
+    executable. The returned losses are valid in their first ``count`` entries.
     """
     params, static = eqx.partition((model, opt_state, state), eqx.is_array)
+    dtype = jnp.result_type(float)
 
-    def body(i: Int[Array, ""], carry: tuple[PyTree, Array]) -> tuple[PyTree, Array]:
-        params, losses = carry
+    def one_step(params: PyTree, i: Int[Array, ""]) -> tuple[PyTree, Array]:
         m, o, s = eqx.combine(params, static)
         m, o, s, loss = _sampled_step(m, o, key, start + i, s, **step_kwargs)
-        params = eqx.filter((m, o, s), eqx.is_array)
-        return params, losses.at[i].set(loss.astype(losses.dtype))
+        return eqx.filter((m, o, s), eqx.is_array), loss.astype(dtype)
 
-    dtype = jnp.result_type(float)
-    losses = jnp.zeros((chunk_size,), dtype)
-    params, losses = jax.lax.fori_loop(0, count, body, (params, losses))
+    def skip(params: PyTree, i: Int[Array, ""]) -> tuple[PyTree, Array]:
+        return params, jnp.zeros((), dtype)
+
+    def body(params: PyTree, i: Int[Array, ""]) -> tuple[PyTree, Array]:
+        return jax.lax.cond(i < count, one_step, skip, params, i)
+
+    params, losses = jax.lax.scan(body, params, jnp.arange(chunk_size, dtype=start.dtype))
     model, opt_state, state = eqx.combine(params, static)
     return model, opt_state, state, losses
 
