@@ -326,7 +326,7 @@ def run(config: dict, key, rec) -> None:
         )
     worst = max(r["val_bits_per_byte"] if r["finite"] else float("inf") for r in results.values())
     rec.claim(
-        "all_below_unigram",
+        "all_learned_below_unigram",
         "every variant's validation bits/byte is below the corpus unigram entropy (F11)",
         unigram - worst,
         ">",
