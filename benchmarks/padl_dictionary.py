@@ -349,9 +349,8 @@ def run(config, key, rec):
         "<=",
         22,
     )
-    rec.claim(
-        "planted_atoms_learned", "fraction of planted atoms with |cos| > 0.95", recovery, ">=", 0.95
-    )
+    what = "fraction of planted atoms with |cos| > 0.95"
+    rec.claim("planted_atoms_learned", what, recovery, ">=", 0.95)
     rec.claim(
         "objective_monotone",
         "largest relative objective increase within an iteration (R-step, prune, D-step; float32)",
