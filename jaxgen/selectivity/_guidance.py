@@ -37,13 +37,13 @@ class SelectivityObjective(eqx.Module):
     Attributes:
         on_fn: ``x1 (dim,) -> scalar`` on-target affinity.
         off_fn: ``x1 (dim,) -> (K,)`` off-target affinities.
-        off_weight: :math:`\lambda \ge 0`.
+        off_weight: :math:`\lambda \ge 0` (an array leaf, so it may be traced).
         temperature: :math:`\tau > 0`.
     """
 
     on_fn: Callable[[Array], Array]
     off_fn: Callable[[Array], Array]
-    off_weight: float = eqx.field(static=True)
+    off_weight: Float[Array, ""]
     temperature: float = eqx.field(static=True)
 
     def __init__(
@@ -51,17 +51,19 @@ class SelectivityObjective(eqx.Module):
         on_fn: Callable[[Array], Array],
         off_fn: Callable[[Array], Array],
         *,
-        off_weight: float = 1.0,
+        off_weight: float | Array = 1.0,
         temperature: float = 0.5,
     ):
         if not callable(on_fn) or not callable(off_fn):
             raise TypeError("`on_fn` and `off_fn` must be callables of one sample.")
-        if not off_weight >= 0:
+        if isinstance(off_weight, int | float) and not off_weight >= 0:
             raise ValueError(f"`off_weight` must be >= 0, got {off_weight}.")
         if not temperature > 0:
             raise ValueError(f"`temperature` must be > 0, got {temperature}.")
         self.on_fn, self.off_fn = on_fn, off_fn
-        self.off_weight, self.temperature = float(off_weight), float(temperature)
+        # an array leaf: objectives that differ only in lambda share one compiled sampler
+        self.off_weight = jnp.asarray(off_weight, dtype=jnp.result_type(float))
+        self.temperature = float(temperature)
 
     def __call__(self, x1: Float[ArrayLike, " dim"]) -> Float[Array, ""]:
         """The objective at one (predicted) clean sample."""
@@ -75,7 +77,7 @@ class SelectivityObjective(eqx.Module):
             )
         tau = jnp.asarray(self.temperature, off.dtype)
         soft_max = tau * (jax.nn.logsumexp(off / tau) - jnp.log(off.shape[0]))
-        return on - self.off_weight * soft_max
+        return on - self.off_weight.astype(soft_max.dtype) * soft_max
 
 
 class ClassifierGuidedVelocity(eqx.Module):

@@ -257,11 +257,22 @@ def zscore_scores(
 
 
 def _mid_ranks(x: Float[Array, " n"]) -> Float[Array, " n"]:
-    """1-based ranks with ties averaged (scipy's ``rankdata(method="average")``), O(n log n)."""
-    ordered = jnp.sort(x)
-    less = jnp.searchsorted(ordered, x, side="left")
-    less_equal = jnp.searchsorted(ordered, x, side="right")
-    return (less + less_equal + 1).astype(x.dtype) / 2
+    """1-based ranks with ties averaged (scipy's ``rankdata(method="average")``), O(n log n).
+
+    One sort; each run of equal values gets the mean of its first and last sorted position
+    (run ends found by cumulative maxima, no search).
+    """
+    n = x.shape[0]
+    order = jnp.argsort(x)
+    v = x[order]
+    idx = jnp.arange(n)
+    differs = v[1:] != v[:-1]
+    first = jnp.concatenate([jnp.array([True]), differs])
+    last = jnp.concatenate([differs, jnp.array([True])])
+    start = jax.lax.cummax(jnp.where(first, idx, 0))
+    end = (n - 1 - jax.lax.cummax(jnp.where(last[::-1], idx, 0)))[::-1]
+    mid = (start + end).astype(x.dtype) / 2 + 1
+    return jnp.zeros_like(mid).at[order].set(mid)
 
 
 def cross_target_auroc(

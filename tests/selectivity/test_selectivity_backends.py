@@ -146,3 +146,13 @@ def test_surrogate_backend_and_evaluate_samples():
     with pytest.raises(ValueError, match="unknown targets"):
         backend.score(x, ["on", "other"])
     assert jax.tree_util.tree_leaves(jnp.asarray(table.valid)).__len__() == 1
+
+
+@pytest.mark.slow
+def test_real_docking_paracetamol_into_drd2():
+    """Check 10 with a real engine (needs the docking extra): a finite score in [-9, -4]."""
+    pytest.importorskip("vina")
+    pytest.importorskip("dockstring")
+    table = VinaBackend(exhaustiveness=1).score(["CC(=O)Nc1ccc(O)cc1"], ["DRD2"], seed=0)
+    assert table.valid[0, 0], table.reasons
+    assert -9.0 <= table.scores[0, 0] <= -4.0
