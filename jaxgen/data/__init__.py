@@ -9,6 +9,15 @@ from ._common import (
     debian_files as debian_files,
     require_module as require_module,
 )
+from ._dynamics import (
+    coupled_pendulum_field as coupled_pendulum_field,
+    lorenz96_eigenplane as lorenz96_eigenplane,
+    lorenz96_field as lorenz96_field,
+    lorenz96_manifold_dataset as lorenz96_manifold_dataset,
+    pendulum_lengths as pendulum_lengths,
+    pendulum_lowest_mode as pendulum_lowest_mode,
+    pendulum_manifold_dataset as pendulum_manifold_dataset,
+)
 from ._graphs import (
     GraphData as GraphData,
     load_davis_southern_women as load_davis_southern_women,
