@@ -87,11 +87,11 @@ CONFIGS = {
 }
 # --full --smoke: the full configuration's code path, every size cut to the least that runs.
 SMOKE = {
-    "pendulum": {"train": [0.5, 2.0], "test": [1.0], "n_amp": 3, "n_t": 4},
-    "lorenz96": {"train": [0.85, 0.95], "test": [0.9], "n_ic": 3, "n_t": 4},
+    "pendulum": {"train": [0.5, 2.0], "test": [1.0], "n_amp": 5, "n_t": 6},
+    "lorenz96": {"train": [0.85, 0.95], "test": [0.9], "n_ic": 5, "n_t": 6},
     "steps": 5,
     "batch": 16,
-    "trust_points": 20,
+    "trust_points": 30,
     "seeds": 1,
 }
 
