@@ -9,6 +9,7 @@ from ._common import (
     debian_files as debian_files,
     require_module as require_module,
 )
+from ._corruptions import CORRUPTIONS as CORRUPTIONS, corrupt as corrupt
 from ._dynamics import (
     coupled_pendulum_field as coupled_pendulum_field,
     lorenz96_eigenplane as lorenz96_eigenplane,

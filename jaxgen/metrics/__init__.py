@@ -1,5 +1,10 @@
 """Pure metrics between distributions and samples."""
 
+from ._calibration import (
+    brier_score as brier_score,
+    classification_nll as classification_nll,
+    expected_calibration_error as expected_calibration_error,
+)
 from ._distances import (
     empirical_gaussian_w2 as empirical_gaussian_w2,
     energy_distance as energy_distance,
