@@ -257,7 +257,10 @@ def _ring_part(config, key, rec):
         X0 = sample_bridge(
             k_sde, psi0, ref, T, x0, num_steps=config["sample_steps"], quad=quad, brownian="unsafe"
         )
-        row["untrained_energy_distance"] = float(energy_distance(X0, Yt_n))
+        # compared in the ring's plane: the complement is N(0, I) under both, and in high d the
+        # full-space distance is dominated by it, not by whether the ring was learned
+        row["proj_energy_distance"] = float(energy_distance(X @ P.T, Yt_n @ P.T))
+        row["untrained_proj_energy_distance"] = float(energy_distance(X0 @ P.T, Yt_n @ P.T))
         results[("sbnn", d)] = row
         if have_ott:
             x_src = jr.normal(k_src, (config["sinkhorn_n"], d))
@@ -352,10 +355,11 @@ def run(config, key, rec):
             rec.metric(f"ring_{method}_d{d}_{name}", value)
     have_sink = ("sinkhorn", dims[0]) in results
     learned = max(
-        results[("sbnn", d)]["energy_distance"] / results[("sbnn", d)]["untrained_energy_distance"]
+        results[("sbnn", d)]["proj_energy_distance"]
+        / results[("sbnn", d)]["untrained_proj_energy_distance"]
         for d in dims
     )
-    what = "max over d of ED(SB-NN samples) / ED(untrained-potential samples)"
+    what = "max over d of ED in the ring plane, SB-NN samples / untrained-potential samples"
     rec.claim("sbnn_learned", what, learned, "<=", 0.5)
     lo, hi = (8, 32) if 8 in dims and 32 in dims else (dims[-2], dims[-1])
     ratio_nn = results[("sbnn", hi)]["energy_distance"] / results[("sbnn", lo)]["energy_distance"]
