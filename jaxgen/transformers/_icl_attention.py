@@ -180,7 +180,7 @@ class TwoStageConstruction(eqx.Module):
         omega = self.omega_pca if which == "pca" else self.omega
         off = self.offset_pca if which == "pca" else self.offset
         M = omega.shape[1]
-        psi = lambda z: math.sqrt(2.0 / M) * jnp.cos(z @ omega.astype(z.dtype) + off)  # noqa: E731
+        psi = lambda z: math.sqrt(2.0 / M) * jnp.cos(z @ omega.astype(z.dtype) + off[None, :])  # noqa: E731
         return (psi(x) @ psi(xq[None, :])[0]) * m
 
     def _moments(self, x: Array, y: Array, w: Array, m: Array) -> tuple[Array, ...]:
@@ -214,7 +214,7 @@ class TwoStageConstruction(eqx.Module):
         A = C - self.t_frac * self.h_pca**2 * eye
         X = A / jnp.linalg.norm(A)
 
-        def body(_: int, X: Array) -> Array:
+        def body(_, X):  # noqa: ANN001
             return 1.5 * X - 0.5 * X @ X @ X
 
         X = jax.lax.fori_loop(0, self.n_sign, body, X)
@@ -224,9 +224,9 @@ class TwoStageConstruction(eqx.Module):
         self,
         x: Float[Array, "n D"],
         y: Float[Array, " n"],
-        xq: Float[Array, " D"],
+        xq: Float[Array, "*Q D"],
         mask: Bool[Array, " n"] | None = None,
-    ) -> Float[Array, ""]:
+    ) -> Float[Array, "*Q"]:
         """Prediction at one query ``xq (D,)`` (or ``(Q, D)`` -> ``(Q,)``)."""
         _check_xy(x, y, xq)
         if xq.ndim == 2:
@@ -340,9 +340,9 @@ class LinearAttentionICL(eqx.Module):
         self,
         x: Float[Array, "n D"],
         y: Float[Array, " n"],
-        xq: Float[Array, " D"],
+        xq: Float[Array, "*Q D"],
         mask: Bool[Array, " n"] | None = None,
-    ) -> Float[Array, ""]:
+    ) -> Float[Array, "*Q"]:
         """Prediction at ``xq (D,)`` -> scalar, or ``(Q, D)`` -> ``(Q,)``."""
         _check_xy(x, y, xq)
         ctx = _key_mask(mask, x.shape[0])
@@ -396,9 +396,9 @@ class SoftmaxICL(eqx.Module):
         self,
         x: Float[Array, "n D"],
         y: Float[Array, " n"],
-        xq: Float[Array, " D"],
+        xq: Float[Array, "*Q D"],
         mask: Bool[Array, " n"] | None = None,
-    ) -> Float[Array, ""]:
+    ) -> Float[Array, "*Q"]:
         """Prediction at ``xq (D,)`` -> scalar, or ``(Q, D)`` -> ``(Q,)``."""
         _check_xy(x, y, xq)
         ctx = _key_mask(mask, x.shape[0])

@@ -129,7 +129,7 @@ def sample_mixture(
         side += 1
     grid = jnp.asarray(list(itertools.islice(itertools.product(range(side), repeat=D), K)))
     grid = grid.astype(jnp.zeros(()).dtype)
-    grid = (grid - jnp.mean(grid, axis=0)) * (sep + 2.0 * radius)
+    grid = (grid - jnp.mean(grid, axis=0)[None, :]) * (sep + 2.0 * radius)
     k_rot, k_pieces = jr.split(key)
     centres = grid @ _haar(k_rot, D).T
     rotations = jax.vmap(lambda k: _haar(k, D))(jr.split(k_pieces, K))
