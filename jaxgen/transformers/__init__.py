@@ -36,3 +36,11 @@ from ._lm import (
 from ._lm import (
     train_lm as train_lm,
 )
+from ._qes import LoRALinear as LoRALinear
+from ._qes import MoLoRALinear as MoLoRALinear
+from ._qes import QESConfig as QESConfig
+from ._qes import TokenRouter as TokenRouter
+from ._qes import route_loss as route_loss
+from ._qes import shutdown_mask as shutdown_mask
+from ._qes import switch_load_loss as switch_load_loss
+from ._qes import trim_suspects as trim_suspects
