@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 # Two pytest-xdist workers (the CI box has 2 cores); `make test PYTEST_PARALLEL=` runs serially.
 PYTEST_PARALLEL ?= -n 2
 
-.PHONY: test bench venv install-test install-bench peers debian-data report clean
+.PHONY: test lint bench smoke venv install-test install-bench peers debian-data report clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -46,14 +46,26 @@ debian-data:
 	  fi; \
 	else echo "WARNING: no apt-get; Debian corpora (bible-kjv, fortunes, dict-jargon) are skipped"; fi
 
+# The slowest units are listed in every run (CI logs included) to keep the test budget visible.
 test: install-test
-	$(PY) -m pytest -q $(PYTEST_PARALLEL) $(PYTEST_ARGS)
+	$(PY) -m pytest -q $(PYTEST_PARALLEL) --durations=25 $(PYTEST_ARGS)
+
+# ruff lint and format check over the code (configuration in pyproject.toml); CI runs it first.
+lint: $(PY)
+	$(PIP) install -q 'ruff>=0.5'
+	$(VENV)/bin/ruff check jaxgen benchmarks tests
+	$(VENV)/bin/ruff format --check jaxgen benchmarks tests
 
 # A benchmark that cannot run is reported (and makes `make bench` exit non-zero), but never
 # stops the others or the report.
 bench: install-bench peers debian-data
 	@status=0; $(PY) -m benchmarks run all --quick || status=$$?; \
 	$(PY) -m benchmarks report; exit $$status
+
+# Every benchmark's --full code path at minimal sizes (SMOKE overrides): catches --full bugs on
+# a CPU; results go to results/smoke/ and are never reported as results.
+smoke: install-bench peers debian-data
+	$(PY) -m benchmarks run all --full --smoke
 
 report: $(PY)
 	$(PY) -m benchmarks report

@@ -3,7 +3,12 @@
 A benchmark is a module ``benchmarks/NAME.py`` that defines
 
 - ``NAME: str`` (the module's file name) and ``PAPER: str`` (the paper it serves),
-- ``CONFIGS = {"quick": {...}, "full": {...}}`` (JSON-serialisable dicts),
+- ``CONFIGS = {"quick": {...}, "full": {...}}`` (JSON-serialisable dicts; further named
+  configurations, e.g. a CPU-feasible ``"paper_cpu"``, are selected with ``--config NAME``),
+- ``SMOKE = {...}``: overrides of ``CONFIGS["full"]`` (nested dicts merge key by key) that cut
+  every size, step and sample count to the least that still runs each stage and each peer;
+  ``run NAME --full --smoke`` runs the full code path at those sizes (writes under
+  ``OUT/smoke/``, JSON marked ``"smoke": true``: its claims are not results),
 - ``run(config: dict, key: jax.Array, rec: Recorder) -> None``, which calls only jaxgen's
   public API and the peers, and reports through ``rec``: ``rec.metric``, ``rec.peer``,
   ``rec.claim``, ``rec.figure``, ``rec.progress`` and ``rec.time``.
@@ -134,7 +139,9 @@ class Recorder:
 def time_call(
     fn: Callable[..., Any], *args: Any, repeats: int = 5, **kwargs: Any
 ) -> dict[str, float]:
-    """``{"first_call_s", "median_s"}`` of ``fn(*args, **kwargs)``, each ending in block_until_ready."""
+    """``{"first_call_s", "median_s"}`` of ``fn(*args, **kwargs)``, each ending in
+    block_until_ready.
+    """
     import jax
 
     t0 = time.perf_counter()
@@ -201,15 +208,26 @@ def load(name: str) -> Any:
     return module
 
 
+def _num(value: float | None) -> str:
+    """A claim figure for a table; ``None`` is how JSON stores a NaN value."""
+    return "nan" if value is None else f"{value:.4g}"
+
+
 def _markdown(res: dict[str, Any]) -> str:
     lines = [
-        f"# {res['name']} ({res['mode']})",
+        f"# {res['name']} ({res['mode']}{', smoke' if res.get('smoke') else ''})",
         "",
         f"Paper: {res['paper']}",
         "",
         f"wall {res['wall_s']:.1f} s, backend {res['env']['backend']}, seed {res['seed']}",
         "",
     ]
+    if res.get("smoke"):
+        lines += [
+            "**Smoke run**: the full configuration's code path at minimal sizes. Its claims show "
+            "that every stage runs; they are not results.",
+            "",
+        ]
     lines += [
         "## Claims",
         "",
@@ -219,8 +237,8 @@ def _markdown(res: dict[str, Any]) -> str:
     for c in res["claims"]:
         mark = "yes" if c["holds"] else "**NO**"
         lines.append(
-            f"| {c['id']} | {c['statement']} | {c['value']:.4g} | {c['op']} | "
-            f"{c['threshold']:.4g} | {mark} |"
+            f"| {c['id']} | {c['statement']} | {_num(c['value'])} | {c['op']} | "
+            f"{_num(c['threshold'])} | {mark} |"
         )
     lines += ["", "## Metrics", "", "| metric | value |", "|---|---|"]
     for k, v in res["metrics"].items():
@@ -236,16 +254,46 @@ def _markdown(res: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_one(name: str, mode: str, seed: int, out_dir: str) -> dict[str, Any]:
-    """Run benchmark ``name`` in ``mode`` and write its JSON, Markdown and plots."""
+def merge_config(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``overrides`` applied; nested dicts merge key by key (unknown keys refused)."""
+    out = dict(base)
+    for k, v in overrides.items():
+        if k not in base:
+            raise KeyError(f"override {k!r} is not a key of the configuration")
+        out[k] = (
+            merge_config(base[k], v) if isinstance(v, dict) and isinstance(base[k], dict) else v
+        )
+    return out
+
+
+def smoke_config(module: Any) -> dict[str, Any]:
+    """``CONFIGS["full"]`` with the module's ``SMOKE`` overrides (minimal sizes, same code path)."""
+    if not hasattr(module, "SMOKE"):
+        raise SystemExit(f"benchmarks/{module.NAME}.py defines no SMOKE overrides for --smoke")
+    return merge_config(module.CONFIGS["full"], module.SMOKE)
+
+
+def run_one(
+    name: str, mode: str, seed: int, out_dir: str, *, smoke: bool = False
+) -> dict[str, Any]:
+    """Run benchmark ``name`` in configuration ``mode`` and write its JSON, Markdown and plots.
+
+    ``smoke=True`` (with ``mode="full"``) runs the full configuration's code path at the sizes of
+    the module's ``SMOKE`` overrides; the JSON is marked ``"smoke": true``.
+    """
     import jax
     import jax.random as jr
 
     os.environ.setdefault("EQX_ON_ERROR", "nan")
     module = load(name)
     if mode not in module.CONFIGS:
-        raise SystemExit(f"benchmark {name} has no {mode!r} configuration")
-    config = module.CONFIGS[mode]
+        raise SystemExit(
+            f"benchmark {name} has no {mode!r} configuration; available: "
+            f"{', '.join(module.CONFIGS)}"
+        )
+    if smoke and mode != "full":
+        raise SystemExit("--smoke runs the full configuration's code path: use it with --full")
+    config = smoke_config(module) if smoke else module.CONFIGS[mode]
     os.makedirs(out_dir, exist_ok=True)
     rec = Recorder(name, out_dir)
     t0 = time.perf_counter()
@@ -265,6 +313,8 @@ def run_one(name: str, mode: str, seed: int, out_dir: str) -> dict[str, Any]:
         "figures": rec.figures,
         "notes": rec.notes,
     }
+    if smoke:
+        res["smoke"] = True
     with open(os.path.join(out_dir, f"{name}.json"), "w") as f:
         json.dump(res, f, indent=1)
     with open(os.path.join(out_dir, f"{name}.md"), "w") as f:
@@ -277,16 +327,33 @@ def run_one(name: str, mode: str, seed: int, out_dir: str) -> dict[str, Any]:
     return res
 
 
-def report(out_dir: str) -> str:
-    """Aggregate every ``*.json`` under ``out_dir`` into ``REPORT.md``; return its path."""
+REFERENCE_DIR = os.path.join(_HERE, "reference")
+
+
+def _load_results(directory: str) -> list[dict[str, Any]]:
+    """Every benchmark JSON (a dict with ``claims``) directly under ``directory``."""
     results = []
-    for fname in sorted(os.listdir(out_dir)) if os.path.isdir(out_dir) else []:
+    for fname in sorted(os.listdir(directory)) if os.path.isdir(directory) else []:
         if fname.endswith(".json"):
-            with open(os.path.join(out_dir, fname)) as f:
+            with open(os.path.join(directory, fname)) as f:
                 with contextlib.suppress(json.JSONDecodeError):
                     res = json.load(f)
                     if isinstance(res, dict) and "claims" in res:
                         results.append(res)
+    return results
+
+
+def report(out_dir: str) -> str:
+    """Aggregate every ``*.json`` under ``out_dir`` into ``REPORT.md``; return its path."""
+    results = [r for r in _load_results(out_dir) if not r.get("smoke")]
+    references = _load_results(REFERENCE_DIR)
+    for r in references:
+        r["_md"] = os.path.relpath(os.path.join(REFERENCE_DIR, f"{r['name']}.md"), out_dir)
+        r["name"] = f"{r['name']} (reference)"
+        r["figures"] = [
+            os.path.relpath(os.path.join(REFERENCE_DIR, f), out_dir) for f in r.get("figures", [])
+        ]
+    results += references
     lines = ["# jaxgen benchmark report", ""]
     total = sum(len(r["claims"]) for r in results)
     held = sum(c["holds"] for r in results for c in r["claims"])
@@ -300,7 +367,8 @@ def report(out_dir: str) -> str:
         failing = [c["id"] for c in r["claims"] if not c["holds"]]
         n_ok = len(r["claims"]) - len(failing)
         lines.append(
-            f"| [{r['name']}]({r['name']}.md) | {r['mode']} | {r['wall_s']:.1f} | "
+            f"| [{r['name']}]({r.get('_md', r['name'] + '.md')}) | {r['mode']} | "
+            f"{r['wall_s']:.1f} | "
             f"{n_ok}/{len(r['claims'])} | {', '.join(failing) or '-'} |"
         )
     for r in results:
@@ -316,8 +384,8 @@ def report(out_dir: str) -> str:
         for c in r["claims"]:
             mark = "yes" if c["holds"] else "**NO**"
             lines.append(
-                f"| {c['id']}: {c['statement']} | {c['value']:.4g} | {c['op']} | "
-                f"{c['threshold']:.4g} | {mark} |"
+                f"| {c['id']}: {c['statement']} | {_num(c['value'])} | {c['op']} | "
+                f"{_num(c['threshold'])} | {mark} |"
             )
         if r["peers"]:
             lines += [
@@ -346,6 +414,14 @@ def main(argv: list[str] | None = None) -> int:
     group = run_p.add_mutually_exclusive_group()
     group.add_argument("--quick", dest="mode", action="store_const", const="quick")
     group.add_argument("--full", dest="mode", action="store_const", const="full")
+    group.add_argument(
+        "--config", dest="mode", help="a named configuration of CONFIGS (e.g. paper_cpu)"
+    )
+    run_p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="with --full: the full code path at the module's SMOKE sizes (claims not results)",
+    )
     run_p.add_argument("--seed", type=int, default=0)
     run_p.add_argument("--out", default="results")
     rep_p = sub.add_parser("report", help="write REPORT.md from every JSON under --out")
@@ -359,9 +435,18 @@ def main(argv: list[str] | None = None) -> int:
         report(args.out)
         return 0
     mode = args.mode or "quick"
+    if args.smoke and mode != "full":
+        parser.error("--smoke runs the full configuration's code path at minimal sizes: add --full")
+    out = os.path.join(args.out, "smoke") if args.smoke else args.out
     if args.name != "all":
+        module = load(args.name)
+        if mode not in module.CONFIGS:
+            parser.error(
+                f"benchmark {args.name} has no configuration {mode!r}; available: "
+                f"{', '.join(module.CONFIGS)}"
+            )
         try:
-            run_one(args.name, mode, args.seed, args.out)
+            run_one(args.name, mode, args.seed, out, smoke=args.smoke)
         except Exception:
             traceback.print_exc()
             return 1
@@ -370,18 +455,11 @@ def main(argv: list[str] | None = None) -> int:
     # cannot leak into the next, and one broken benchmark does not hide the others.
     failed = []
     for name in benchmark_names():
-        cmd = [
-            sys.executable,
-            "-m",
-            "benchmarks",
-            "run",
-            name,
-            f"--{mode}",
-            "--seed",
-            str(args.seed),
-            "--out",
-            args.out,
-        ]
+        if mode not in load(name).CONFIGS:
+            continue  # a named configuration (e.g. paper_cpu) that only some benchmarks define
+        selector = [f"--{mode}"] if mode in ("quick", "full") else ["--config", mode]
+        cmd = [sys.executable, "-m", "benchmarks", "run", name, *selector]
+        cmd += ["--seed", str(args.seed), "--out", args.out] + (["--smoke"] if args.smoke else [])
         if subprocess.run(cmd, check=False).returncode != 0:
             failed.append(name)
     if failed:

@@ -8,6 +8,7 @@ closest to the MLP model. Stability: the deepest ladder, log/exp (variant A) vs 
 both without the dyadic schedule.
 """
 
+import functools as ft
 import math
 
 import equinox as eqx
@@ -82,6 +83,21 @@ CONFIGS = {
             "moe_gated",
         ],
     },
+}
+
+# --full --smoke: the full configuration's code path, every size cut to the least that runs.
+SMOKE = {
+    "max_bytes": 20000,
+    "dim": 16,
+    "layers": 1,
+    "heads": 2,
+    "context": 16,
+    "batch": 4,
+    "steps": 3,
+    "depth": 2,
+    "deep_depth": 4,
+    "eval_windows": 2,
+    "time_repeats": 1,
 }
 
 
@@ -230,8 +246,8 @@ def run(config: dict, key, rec) -> None:
         else:
             mixer, kwargs, layers, dyadic = _variant(name, cfg)
         model = _build(cfg, mixer, kwargs, layers, model_key)
-        # One optimizer object for training and for the throughput timing below, so that the
-        # timing reuses fit's compiled step instead of compiling a second one.
+        # One optimizer object for training and for the throughput timing below (the timed
+        # single step shares fit's step function; fit itself runs it in compiled chunks).
         opt = lm_optimizer(cfg["lr"], steps, warmup_steps=warmup, dyadic_depth=dyadic)
         res = train_lm(model, batches, num_steps=steps, key=train_key, optimizer=opt)
         losses = res.losses
@@ -241,20 +257,18 @@ def run(config: dict, key, rec) -> None:
             if finite
             else None
         )
-        # training throughput: one compiled fit step (sample + fwd + bwd + update)
+        # training throughput: one compiled step of fit (sample + fwd + bwd + update)
         opt_state = opt.init(eqx.filter(model, eqx.is_inexact_array))
 
-        def one_step(m, s):
-            return train_step(
-                m,
-                s,
-                train_key,
-                jnp.asarray(0),
-                loss_fn=lm_loss,
-                batches=batches,
-                optimizer=opt,
-                mesh=None,
-            )[2]
+        one_step = ft.partial(
+            train_step,
+            key=train_key,
+            step=jnp.asarray(0),
+            loss_fn=lm_loss,
+            batches=batches,
+            optimizer=opt,
+            mesh=None,
+        )
 
         t_train = rec.time(one_step, model, opt_state, repeats=cfg["time_repeats"])
         fwd = eqx.filter_jit(lambda m, x: jax.vmap(m)(x))
@@ -311,13 +325,8 @@ def run(config: dict, key, rec) -> None:
             1.0,
         )
     worst = max(r["val_bits_per_byte"] if r["finite"] else float("inf") for r in results.values())
-    rec.claim(
-        "all_below_unigram",
-        "every variant's validation bits/byte is below the corpus unigram entropy (F11)",
-        unigram - worst,
-        ">",
-        0.0,
-    )
+    what = "every variant's validation bits/byte is below the corpus unigram entropy (F11)"
+    rec.claim("all_learned_below_unigram", what, unigram - worst, ">", 0.0)
     if "swiglu" in results and "gated_iso_param" in results:
         rec.metric(
             "iso_param_gap_gated_minus_swiglu_bits",

@@ -68,6 +68,26 @@ CONFIGS = {
     },
 }
 
+# --full --smoke: the full configuration's code path, every size cut to the least that runs.
+SMOKE = {
+    "T": 200,
+    "dims": [1, 2, 5],
+    "coverage_dims": [1, 5],
+    "coverage_runs": 20,
+    "volume_runs": 2,
+    "times": [100, 200],
+    "width_t": 100,
+    "width_vs_t_dim": 5,
+    "n_u": [50, 50],
+    "num_bins": 64,
+    "setrel_dims": [2],
+    "setrel_points": 100,
+    "ab_T": 200,
+    "ab_every": 50,
+    "speed_T": 200,
+    "speed_grid": 20,
+}
+
 BETTING = ("bonferroni", "box", "ellipsoid", "box_ellipsoid", "portfolio")
 ALL_KINDS = BETTING + ("predmix_eb", "subgaussian_ball")
 
@@ -279,7 +299,7 @@ def _run(config, key, rec):
                 miss = coverage_from_data(jnp.asarray(x), alpha, chunk=chunk)
                 del x
             miss = np.asarray(miss)
-            for n, m in zip(names, miss):
+            for n, m in zip(names, miss, strict=True):
                 table[f"{dist}_d{d}_{n}"] = 1 - float(m)
                 worst[n] = min(worst[n], 1 - float(m))
     rec.metric("coverage_table", table)

@@ -101,6 +101,25 @@ CONFIGS = {
     },
 }
 
+# --full --smoke: the full configuration's code path, every size cut to the least that runs.
+SMOKE = {
+    "accuracy_ns": [1024, 2048],
+    "replicates": 1,
+    "sw_window": 64,
+    "speed_ns": [1000, 2000],
+    "brute_n": 512,
+    "lm": {
+        "dim": 16,
+        "layers": 1,
+        "heads": 2,
+        "context": 16,
+        "pretrain_steps": 3,
+        "batch": 2,
+        "corpus_bytes": 20000,
+    },
+    "collapse": {"generations": 1, "docs": 4, "ft_steps": 2, "seeds": 1, "eval_windows": 2},
+}
+
 ARMS = ("random", "logprob", "hk")
 
 
@@ -266,9 +285,10 @@ def _speed(config: dict, key, rec) -> None:
         rec.peer(
             "pydivsufsort",
             {
-                "lpf_s": dict(zip(res["n"], res["pydivsufsort_lpf_s"])),
+                "lpf_s": dict(zip(res["n"], res["pydivsufsort_lpf_s"], strict=True)),
                 "ratio_jaxgen_over_c": [
-                    a / b for a, b in zip(res["suffix_array_s"], res["pydivsufsort_lpf_s"])
+                    a / b
+                    for a, b in zip(res["suffix_array_s"], res["pydivsufsort_lpf_s"], strict=True)
                 ],
             },
         )
@@ -472,7 +492,7 @@ def _collapse(config: dict, key, rec) -> None:
     )
     with rec.figure("collapse", ncols=3, figsize=(14, 4)) as (fig, axes):
         xs = np.arange(gens + 1)
-        for arm, color in zip(ARMS, ("tab:gray", "tab:red", "tab:blue")):
+        for arm, color in zip(ARMS, ("tab:gray", "tab:red", "tab:blue"), strict=True):
             for ax, k, title in zip(
                 axes,
                 ("unique_trigrams", "repetition", "real_nll_bits"),
@@ -481,6 +501,7 @@ def _collapse(config: dict, key, rec) -> None:
                     "within-doc 4-gram repetition",
                     "held-out real text NLL (bits/byte)",
                 ),
+                strict=True,
             ):
                 v = hist[arm][k]
                 ax.plot(xs, v.mean(0), "o-", color=color, label=arm)

@@ -1,4 +1,5 @@
-"""Neural Galerkin flow transition densities for CIR/OU and Bayesian inference (exact/Euler/surrogate).
+"""Neural Galerkin flow transition densities for CIR/OU and Bayesian inference
+(exact/Euler/surrogate).
 
 Quick mode (CPU): one short Neural Galerkin training of the amortised CIR flow at Delta = 0.25,
 its KL to the exact ncx2 transition on held-out (x0, lam), and NUTS posteriors (exact, Euler,
@@ -60,6 +61,20 @@ CONFIGS = {
         },
     },
 }
+
+# --full --smoke: the full configuration's code path, every size cut to the least that runs.
+SMOKE = {
+    "width": 4,
+    "units": 2,
+    "colloc": 16,
+    "ng_steps": 3,
+    "n_obs": 20,
+    "warmup": 5,
+    "samples": 5,
+    "chains": 2,
+    "held_out": 4,
+    "heston": {"units": 2, "width": 4, "colloc": 16, "ng_steps": 3, "samples": 50},
+}
 DELTA = 0.25
 TRUTH = (2.0, 0.06, 4.0)  # kappa, theta, nu (sigma = sqrt(2 kappa theta / nu))
 BOX = {"kappa": (0.5, 4.0), "theta": (0.02, 0.15), "nu": (2.0, 8.0)}
@@ -114,7 +129,9 @@ def _posterior(pde, logpost, init, key, cfg, rec, timed=True):
     if timed:
         grad_call = rec.time(jax.jit(jax.value_and_grad(logpost)), init)["median_s"]
         total_grads = float(res.num_grads) * cfg["samples"] * cfg["chains"]
-        out.update(grad_call_s=grad_call, time_per_ess_s=grad_call * total_grads / min_ess)
+        # A chain with no effective sample (ESS 0) has an infinite cost per effective sample.
+        per_ess = grad_call * total_grads / min_ess if min_ess > 0 else float("inf")
+        out.update(grad_call_s=grad_call, time_per_ess_s=per_ess)
     return u.reshape(-1, u.shape[-1]), out
 
 

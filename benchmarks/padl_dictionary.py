@@ -57,6 +57,24 @@ CONFIGS = {
     },
 }
 
+# --full --smoke: the full configuration's code path, every size cut to the least that runs.
+SMOKE = {
+    "planted": {"d": 8, "k_true": 4, "K": 12, "N": 100},
+    "patch_train": 200,
+    "patch_test": 50,
+    "patch_K": 16,
+    "digits_K": 16,
+    "warmup": 2,
+    "steps": 4,
+    "ramp": 2,
+    "prune_every": 2,
+    "path_size": 2,
+    "path_steps": 2,
+    "sk_iter": 2,
+    "vlm_crops": 2,
+    "vlm_m": [4, 8],
+}
+
 
 def _planted(seed, d, k_true, n, per_sample=3, noise=0.05):
     rng = np.random.default_rng(seed)
@@ -331,9 +349,8 @@ def run(config, key, rec):
         "<=",
         22,
     )
-    rec.claim(
-        "planted_atom_recovery", "fraction of planted atoms with |cos| > 0.95", recovery, ">=", 0.95
-    )
+    what = "fraction of planted atoms with |cos| > 0.95"
+    rec.claim("planted_atoms_learned", what, recovery, ">=", 0.95)
     rec.claim(
         "objective_monotone",
         "largest relative objective increase within an iteration (R-step, prune, D-step; float32)",

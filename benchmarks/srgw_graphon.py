@@ -26,7 +26,10 @@ from jaxgen.graphs import (
 from jaxgen.transport import srgw_barycenter, srgw_objective
 
 NAME = "srgw_graphon"
-PAPER = "Dufour, Naepels, Santoro. Network learning with semi-relaxed Gromov-Wasserstein (arXiv 2606.02223)"
+PAPER = (
+    "Dufour, Naepels, Santoro. Network learning with semi-relaxed Gromov-Wasserstein "
+    "(arXiv 2606.02223)"
+)
 CONFIGS = {
     # quick (compilation-bound): every estimator shape is compiled once (graphons of one n share
     # one vmapped call); n in {200, 400, 800}; the planted SBM at n = 400 and 800 only; link AUC
@@ -59,6 +62,21 @@ CONFIGS = {
         "auc_graphs": ["karate", "les_miserables", "florentine", "davis"],
         "davis_starts": 30,
     },
+}
+
+# --full --smoke: the full configuration's code path, every size cut to the least that runs.
+SMOKE = {
+    "ns": [50, 100],
+    "sbm_ns": [50, 100],
+    "reps": 1,
+    "starts": 1,
+    "pot_reps": 1,
+    "pot_ns": [50],
+    "speed_n": 100,
+    "batch_size": 2,
+    "batch_n": 50,
+    "real_reps": 1,
+    "davis_starts": 2,
 }
 B3 = np.array([[0.8, 0.1, 0.2], [0.1, 0.7, 0.15], [0.2, 0.15, 0.6]])
 PI3 = np.array([0.3, 0.3, 0.4])
@@ -165,7 +183,7 @@ def run(config, key, rec):
                         for r in range(reps)
                     ]
             if ot is not None and n in config["pot_ns"]:
-                for g, model in enumerate(group):
+                for model in group:
                     row = []
                     for r in range(config["pot_reps"]):
                         A_np = np.asarray(batch[model][0][r][0], dtype=np.float64)

@@ -4,8 +4,6 @@ Families live in sub-packages (``jaxgen.core``, ``jaxgen.flows``, ``jaxgen.metri
 this module only re-exports the most used entry points.
 """
 
-from .core import fit as fit
-from .core import solve_ode as solve_ode
-from .core import solve_sde as solve_sde
+from .core import fit as fit, solve_ode as solve_ode, solve_sde as solve_sde
 
 __version__ = "0.1.0"

@@ -69,7 +69,8 @@ def gaussian_sb_coupling(
     ref: AbstractReference,
     T: Float[ArrayLike, ""],
 ) -> tuple[Float[Array, " 2*dim"], Float[Array, "2*dim 2*dim"]]:
-    r"""Static SB coupling of ``(X_0, X_T)`` from ``N(0, I)`` to ``N(mu*, S*)`` (isotropic ``Sigma``).
+    r"""Static SB coupling of ``(X_0, X_T)`` from ``N(0, I)`` to ``N(mu*, S*)`` (isotropic
+    ``Sigma``).
 
     Mapping ``y' = (y - g) / F`` turns the OU kernel ``N(y; F x + g, s_T I)`` into a Brownian kernel
     of variance ``eps = s_T / F^2``; then ``Cov(X_0, X_T) = F C'`` with ``C'`` of

@@ -42,7 +42,8 @@ def guide(
 
 
 class GuidedDrift(eqx.Module):
-    """The vector field ``(t, x, args) -> drift(t, x, args) + a(t, x, args) grad_log_h(t, x, args)``.
+    """The vector field ``(t, x, args) -> drift(t, x, args) + a(t, x, args) grad_log_h(t, x,
+    args)``.
 
     ``diffusion_matrix`` is an array ``(dim, dim)`` (full ``a``), ``(dim,)`` (diagonal ``a``) or
     a callable ``(t, x, args)`` returning either.

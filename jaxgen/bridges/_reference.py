@@ -95,7 +95,8 @@ class AbstractReference(eqx.Module):
     ) -> tuple[Float[Array, " dim"], Float[Array, "dim dim"]]:
         """Law of ``X_0 | X_T = y`` when ``X_0 ~ N(mu0, S0)``.
 
-        ``N(mu0 + F S0 G^{-1}(y - F mu0 - g), S0 - F^2 S0 G^{-1} S0)`` with ``G = F^2 S0 + Sigma_T``.
+        ``N(mu0 + F S0 G^{-1}(y - F mu0 - g), S0 - F^2 S0 G^{-1} S0)`` with ``G = F^2 S0 +
+        Sigma_T``.
         """
         F = self.decay(T)
         mean_T, G = self.terminal_marginal(mu0, S0, T)

@@ -524,7 +524,8 @@ def proxy_posterior_mean(gt: GuidedTree) -> Float[Array, "N dim"]:
 def sde_proxy_from_anchors(
     topo: TreeTopology, sde: TreeSDE, anchors: Float[Array, "N dim"]
 ) -> LinearSDEs:
-    r"""Driftless proxy ``b~ = 0``, ``a~`` interpolated between ``a(anchor_pa)`` and ``a(anchor_v)``.
+    r"""Driftless proxy ``b~ = 0``, ``a~`` interpolated between ``a(anchor_pa)`` and
+    ``a(anchor_v)``.
 
     ``a0_v = a(0, anchor_{pa(v)})``, ``a1_v = a(tau_v, anchor_v)``; the root row copies itself.
     """

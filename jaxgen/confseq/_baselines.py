@@ -126,7 +126,8 @@ def subgaussian_ball(
         ``(centre, radius)`` of shapes ``(T, d)`` and ``(T,)``.
 
     References:
-        Howard et al. (2021); Chugg, Wang, Ramdas. Time-uniform confidence spheres. arXiv 2311.08168.
+        Howard et al. (2021); Chugg, Wang, Ramdas. Time-uniform confidence spheres. arXiv
+        2311.08168.
     """
     x = check_x(x)
     alpha = check_alpha(alpha)

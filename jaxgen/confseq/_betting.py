@@ -26,7 +26,8 @@ _ONS_STEP = 2.0 / (2.0 - math.log(3.0))
 def plugin_stats(x: Float[Array, " T"]) -> tuple[Float[Array, " T"], Float[Array, " T"]]:
     """Predictable plug-in mean and variance: entry ``s-1`` holds the statistics used at step s.
 
-    mu_hat_t = (1/2 + sum_{i<=t} x_i)/(t+1), sigma2_hat_t = (1/4 + sum_{i<=t}(x_i - mu_hat_i)^2)/(t+1),
+    mu_hat_t = (1/2 + sum_{i<=t} x_i)/(t+1), sigma2_hat_t = (1/4 + sum_{i<=t}(x_i -
+    mu_hat_i)^2)/(t+1),
     mu_hat_0 = 1/2, sigma2_hat_0 = 1/4 (one pseudo-observation, as in WSR and ``confseq``).
 
     Returns:
@@ -186,7 +187,8 @@ def log_wealth(
 
     K^j_t(m) = prod_{s<=t} (1 + lambda^j_s (x_{s,j} - m)) with predictable bets lambda^j_s. For
     ``bet="hedged"`` (default) the wealth is theta K^+ + (1-theta) K^- with PrPl bets tuned to the
-    coordinate's Bonferroni level ``alpha * w_j`` (truncated at 1/2), a nonnegative martingale at the
+    coordinate's Bonferroni level ``alpha * w_j`` (truncated at 1/2), a nonnegative martingale at
+    the
     true mean; ``"agrapa"`` and ``"ons"`` are single two-sided processes with m-dependent bets.
     Under m = mu each column is a test martingale, so ``exp`` of it is an e-process.
 

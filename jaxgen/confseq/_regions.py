@@ -1,4 +1,5 @@
-"""Multivariate confidence regions: Bonferroni / max-wealth / portfolio lifts and outer approximations.
+"""Multivariate confidence regions: Bonferroni / max-wealth / portfolio lifts and outer
+approximations.
 
 Notation (spec section 2): K^j_t is the hedged wealth of coordinate j, w the simplex weights,
 Kmin_j a certified lower bound on min_m K^j_t(m), c_j its argmin, g_j = K^j_t - Kmin_j and
@@ -313,7 +314,9 @@ def _q_grid(n_geo: int, n_lin: int, dtype) -> Array:
 
 
 def _ellipsoid_radii(x, lam, mask, lower, upper, center, log_kmin, w, kappa, ps, delta, safety, q):
-    """r_j^{+-}(p) for every p: (kappa/(w_j a_j^{+-}(p)))^(1/p), a = (1-safety) min_u g/(u-delta)^p."""
+    """r_j^{+-}(p) for every p: (kappa/(w_j a_j^{+-}(p)))^(1/p), a = (1-safety) min_u
+    g/(u-delta)^p.
+    """
     ps_arr = jnp.asarray(ps, x.dtype)
     log_kappa = jnp.log(jnp.where(kappa > 0, kappa, 1.0))
 
@@ -570,7 +573,9 @@ def region_log_wealth(
     *,
     weights: Float[Array, " d"] | None = None,
 ) -> Float[Array, " T"]:
-    """Log of the portfolio wealth sum_j w_j K^j_t(m_j) along t (hedged bets); an e-process at mu."""
+    """Log of the portfolio wealth sum_j w_j K^j_t(m_j) along t (hedged bets); an e-process at
+    mu.
+    """
     from ._betting import log_wealth
 
     x = check_x(x)

@@ -27,7 +27,8 @@ def iterate(
     max_steps: int,
     throw: bool = True,
 ) -> IterateOutput:
-    """Apply ``step_fn`` until ``converged_fn(state)`` or ``max_steps``, inside one `lax.while_loop`.
+    """Apply ``step_fn`` until ``converged_fn(state)`` or ``max_steps``, inside one
+    `lax.while_loop`.
 
     Args:
         step_fn: ``state -> state``, one iteration (pure, traceable).

@@ -128,8 +128,9 @@ def estimate_hyperparameters(
     :math:`\hat\beta = \|R\|_1/(|A|\,N)` (the Laplace maximum-likelihood scale over **every**
     entry of the active rows, which the model draws i.i.d. Laplace; averaging over the nonzeros
     only, :math:`\|R\|_1/\mathrm{nnz}(R)`, overstates beta by the factor :math:`|A|N/\mathrm{nnz}`,
-    so lambda_1 = sigma^2/beta shrinks each round and the codes run to near-dense), :math:`\hat\rho = (|A| + a_0 - 1)/(K + a_0 + b_0 -
-    2)` clipped to :math:`[1/K, 1 - 1/K]`; the l-inf weight is :math:`\lambda_2 = \lambda_0/\hat M`
+    so lambda_1 = sigma^2/beta shrinks each round and the codes run to near-dense),
+    :math:`\hat\rho = (|A| + a_0 - 1)/(K + a_0 + b_0 - 2)` clipped to :math:`[1/K, 1 - 1/K]`;
+    the l-inf weight is :math:`\lambda_2 = \lambda_0/\hat M`
     with :math:`\hat M` the median of :math:`\|r_k\|_\infty` over active rows (the convex envelope
     of the row count on a box). This model is a reconstruction (the paper's text could not be
     retrieved; see specs/padl_dictionary.md).
@@ -648,9 +649,9 @@ def _widest_plateau(counts: np.ndarray) -> int:
 def debias_codes(
     X: Float[ArrayLike, "d N"], dictionary: Float[ArrayLike, "d K"], codes: Float[ArrayLike, "K N"]
 ) -> Float[Array, "K N"]:
-    """Least-squares re-fit of each sample on the support of its code (removes l1 shrinkage).
+    r"""Least-squares re-fit of each sample on the support of its code (removes l1 shrinkage).
 
-    Each column becomes :math:`\\arg\\min_c \\|x_n - D_{S_n} c\\|_2` (minimum norm) on its support
+    Each column becomes :math:`\arg\min_c \|x_n - D_{S_n} c\|_2` (minimum norm) on its support
     :math:`S_n`; zeros stay zero. Supports are padded to a power of four, so few shapes compile.
     """
     X = _check_data(X)

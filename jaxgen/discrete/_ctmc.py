@@ -279,7 +279,7 @@ def score_entropy(
     log_score: Float[ArrayLike, "L S"],
     t: Float[ArrayLike, ""],
 ) -> Float[Array, " L"]:
-    """SEDD's denoising score entropy per position (``>= 0``):
+    """SEDD's denoising score entropy per position (``>= 0``).
 
     sum_{y != z} rho_t(z) [ s_y - a_y log s_y + a_y (log a_y - 1) ],   a_y = q_t(y|x)/q_t(z|x).
     """

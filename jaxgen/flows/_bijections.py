@@ -63,7 +63,8 @@ def monotone_tanh_inverse(
 
 
 class ConditionalMonotoneTanh(eqx.Module):
-    r"""Elementwise conditional bijection z_i = S(x_i; theta_i(c)), a `monotone_tanh` per coordinate.
+    r"""Elementwise conditional bijection z_i = S(x_i; theta_i(c)), a `monotone_tanh` per
+    coordinate.
 
     The conditioner is a tanh MLP from the condition c (``cond_dim``,) to the ``dim * (2 + 3K)``
     parameters. Its last layer is zero for (alpha, beta, eta), so at initialisation the map is

@@ -9,6 +9,8 @@ acceleration vanishes, so one Euler step of size 1 is the transport map T(x) = m
 A = P S0^{-1}.
 """
 
+from typing import TYPE_CHECKING
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -16,6 +18,9 @@ import jax.random as jr
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from ..core import psd_sqrt
+
+if TYPE_CHECKING:
+    from . import _interpolants
 
 
 def check_covariance(name: str, cov: ArrayLike, dim: int | None = None) -> Array:
@@ -124,7 +129,9 @@ class GaussianStraightProcess(eqx.Module):
     def marginal(
         self, t: Float[Array, ""] | float
     ) -> tuple[Float[Array, " dim"], Float[Array, "dim dim"]]:
-        r"""Mean and covariance of $X_t$: $m_t$ and $\Sigma_t = L_t S_0 L_t^\top$, $L_t = I + t(A-I)$."""
+        r"""Mean and covariance of $X_t$: $m_t$ and $\Sigma_t = L_t S_0 L_t^\top$, $L_t = I +
+        t(A-I)$.
+        """
         t = jnp.asarray(t, dtype=self.m0.dtype)
         lift = self._lift(t)
         return (1 - t) * self.m0 + t * self.m1, lift @ self.cov0 @ lift.T
@@ -154,7 +161,7 @@ class GaussianStraightProcess(eqx.Module):
         """Y_t(x) = x + t (T(x) - x): the flow of `velocity` from time 0, in closed form."""
         return x + t * (self.transport_map(x) - x)
 
-    def interpolant(self) -> "NoiseAugmentedInterpolant":
+    def interpolant(self) -> "_interpolants.NoiseAugmentedInterpolant":
         """The interpolant that generates this process from endpoint pairs (for flow matching)."""
         from ._interpolants import NoiseAugmentedInterpolant
 
@@ -163,7 +170,9 @@ class GaussianStraightProcess(eqx.Module):
     def sample(
         self, key: PRNGKeyArray, t: Float[Array, ""] | float
     ) -> tuple[Float[Array, " dim"], Float[Array, " dim"]]:
-        """One draw of ``(X_t, Xdot_t)`` at a time ``t`` in (0, 1) (Xdot is singular at the ends)."""
+        """One draw of ``(X_t, Xdot_t)`` at a time ``t`` in (0, 1) (Xdot is singular at the
+        ends).
+        """
         key0, key1, key_pair = jr.split(key, 3)
         x0 = self.m0 + jnp.linalg.cholesky(self.cov0) @ jr.normal(key0, (self.dim,), self.m0.dtype)
         x1 = self.m1 + psd_sqrt(self.cov1) @ jr.normal(key1, (self.dim,), self.m0.dtype)

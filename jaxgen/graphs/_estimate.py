@@ -103,9 +103,9 @@ def _sqdist(X: Array, C: Array) -> Array:
 def kmeans(
     key: PRNGKeyArray, X: Float[Array, "n dim"], K: int, *, max_steps: int = 100
 ) -> Int[Array, " n"]:
-    """Lloyd's k-means with greedy k-means++ seeding, in one `lax.while_loop` (labels (n,)).
+    r"""Lloyd's k-means with greedy k-means++ seeding, in one `lax.while_loop` (labels (n,)).
 
-    Greedy seeding draws $2 + \\lfloor\\log K\\rfloor$ $D^2$-candidates per centre and keeps the one
+    Greedy seeding draws $2 + \lfloor\log K\rfloor$ $D^2$-candidates per centre and keeps the one
     that lowers the potential most (as scikit-learn's `KMeans` does).
 
     Empty clusters keep their previous centre. Stops when no label changes or after
@@ -248,11 +248,11 @@ class GraphonEstimate(eqx.Module):
 
     @property
     def block_proportions(self) -> Float[Array, " K"]:
-        """$\\hat q_k$ = fraction of nodes in block $k$ (K,)."""
+        r"""$\hat q_k$ = fraction of nodes in block $k$ (K,)."""
         return self.block_sizes / jnp.sum(self.block_sizes)
 
     def edge_probabilities(self) -> Float[Array, "n n"]:
-        """$\\hat P_{ij} = \\hat W_{z_i z_j}$ (n, n), diagonal included."""
+        r"""$\hat P_{ij} = \hat W_{z_i z_j}$ (n, n), diagonal included."""
         return self.block_matrix[self.labels][:, self.labels]
 
 
@@ -354,7 +354,8 @@ def estimate_graphon(
     Examples:
         >>> import jax.random as jr
         >>> from jaxgen.graphs import estimate_graphon, sample_sbm
-        >>> A, P, z = sample_sbm(jr.key(0), 60, jnp.array([[.9, .1], [.1, .9]]), jnp.array([.5, .5]))
+        >>> A, P, z = sample_sbm(jr.key(0), 60, jnp.array([[.9, .1], [.1, .9]]), jnp.array([.5,
+        .5]))
         >>> est = estimate_graphon(A, 2, key=jr.key(1))
         >>> est.edge_probabilities().shape
         (60, 60)
@@ -388,7 +389,7 @@ def estimate_graphon(
 def objective_of_labels(
     A: Float[Array, "n n"], labels: Int[Array, " n"], K: int
 ) -> tuple[Float[Array, ""], Float[Array, "K K"]]:
-    """Least-squares SBM fit of fixed labels: $(F(Z/n, \\hat W), \\hat W)$ with $\\hat W$ the
+    r"""Least-squares SBM fit of fixed labels: $(F(Z/n, \hat W), \hat W)$ with $\hat W$ the
     block means ($0$ for empty blocks).
     """
     n = A.shape[0]

@@ -118,6 +118,6 @@ def graphon(name: str) -> GraphonFn:
 
 
 def graphon_grid(graphon_fn: GraphonFn, r: int, dtype: jnp.dtype | None = None) -> Array:
-    """$W$ on the midpoints of an $r\\times r$ grid of $[0,1]^2$ (r, r)."""
+    r"""$W$ on the midpoints of an $r\times r$ grid of $[0,1]^2$ (r, r)."""
     x = (jnp.arange(r, dtype=dtype) + 0.5) / r
     return graphon_fn(x[:, None], x[None, :])

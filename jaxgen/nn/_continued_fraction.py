@@ -91,7 +91,9 @@ def cf_value(a: Float[Array, "*batch d"], eps: float = 0.01) -> Float[Array, " *
 
 
 def capped_reciprocal(v: Float[Array, "*shape"], eps: float = 0.1) -> Float[Array, "*shape"]:
-    """CoFrNet's capped reciprocal: ``1/v`` if ``|v| >= eps`` else ``sign(v)/eps`` (sign(0) = +1)."""
+    """CoFrNet's capped reciprocal: ``1/v`` if ``|v| >= eps`` else ``sign(v)/eps`` (sign(0) =
+    +1).
+    """
     inside = jnp.abs(v) < eps
     safe = jnp.where(inside, jnp.ones_like(v), v)
     return jnp.where(inside, _signum(v) / eps, 1.0 / safe)

@@ -106,6 +106,13 @@ def _effective(raw: Array, mode: str) -> Array:
     return jax.nn.softplus(raw) if mode == "softplus" else raw
 
 
+def _effective_weights(
+    hidden_raw: tuple[Array, ...], out_raw: Array, mode: str
+) -> tuple[tuple[Array, ...], Array]:
+    """The non-negative weights of the hidden layers and of the output, from raw parameters."""
+    return tuple(_effective(r, mode) for r in hidden_raw), _effective(out_raw, mode)
+
+
 def _raw_from_effective(w: Array, mode: str) -> Array:
     return _inverse_softplus(w) if mode == "softplus" else w
 
@@ -437,10 +444,7 @@ class ReLUPlusNet(_ScalarReLUNetwork):
 
     def effective_weights(self) -> tuple[tuple[Array, ...], Array]:
         """The non-negative weights actually used: ``(weights, w_out)``."""
-        return (
-            tuple(_effective(r, self.mode) for r in self.weights_raw),
-            _effective(self.w_out_raw, self.mode),
-        )
+        return _effective_weights(self.weights_raw, self.w_out_raw, self.mode)
 
     def __call__(self, x: Float[Array, " dim"]) -> Float[Array, ""]:
         """Evaluate on one sample ``x`` of shape ``(in_size,)``; returns a scalar."""
@@ -569,10 +573,7 @@ class ICNN(_ScalarReLUNetwork):
 
     def effective_weights(self) -> tuple[tuple[Array, ...], Array]:
         """The non-negative weights actually used: ``(W_2..W_L, w)``."""
-        return (
-            tuple(_effective(r, self.mode) for r in self.W_raw),
-            _effective(self.w_raw, self.mode),
-        )
+        return _effective_weights(self.W_raw, self.w_raw, self.mode)
 
     def __call__(self, x: Float[Array, " dim"]) -> Float[Array, ""]:
         """Evaluate on one sample ``x`` of shape ``(in_size,)``; returns a scalar."""
@@ -786,12 +787,12 @@ def _center_biases(model: Any, x: Array) -> Any:
     if isinstance(model, ICNN):
         Ws, _ = model.effective_weights()
         new_b, z = [], None
-        for l in range(len(model.b)):
-            pre = x @ model.A[l].T + model.b[l][None, :]
+        for layer in range(len(model.b)):
+            pre = x @ model.A[layer].T + model.b[layer][None, :]
             if z is not None:
-                pre = pre + z @ Ws[l - 1].T
+                pre = pre + z @ Ws[layer - 1].T
             shift = jnp.mean(pre, axis=0)
-            new_b.append(model.b[l] - shift)
+            new_b.append(model.b[layer] - shift)
             z = jax.nn.relu(pre - shift[None, :])
         return eqx.tree_at(lambda m: m.b, model, tuple(new_b))
     weights = model.weights if isinstance(model, ReLUNet) else model.effective_weights()[0]

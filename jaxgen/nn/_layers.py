@@ -9,7 +9,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
-from jaxtyping import Array, Float, PRNGKeyArray, Real
+from jaxtyping import Array, Bool, Float, PRNGKeyArray, Real
 
 
 def init_normal(
@@ -80,9 +80,25 @@ class MultiHeadAttention(eqx.Module):
         self.num_heads = num_heads
         self.rotary = rotary
 
-    def __call__(self, x: Float[Array, "L dim"], *, causal: bool) -> Float[Array, "L dim"]:
-        """Attend over the sequence ``x`` (causal: position i sees j <= i)."""
+    def __call__(
+        self, x: Float[Array, "L dim"], *, causal: bool, mask: Bool[Array, " L"] | None = None
+    ) -> Float[Array, "L dim"]:
+        """Attend over the sequence ``x``.
+
+        Args:
+            x: one sequence, shape ``(L, dim)``.
+            causal: position i sees only positions j <= i.
+            mask: optional key mask, shape ``(L,)``: position j serves as a key/value only where
+                ``mask[j]`` is True (padding = False). Every query keeps its row; a query with no
+                allowed key gets a uniform average instead of NaN. ``None``: no masking (the
+                graph is exactly the unmasked one).
+
+        Returns:
+            The attention update, shape ``(L, dim)`` (no residual).
+        """
         seq, dim = x.shape
+        if mask is not None and mask.shape != (seq,):
+            raise ValueError(f"`mask` must have shape ({seq},) (one per key), got {mask.shape}.")
         hd = dim // self.num_heads
         qkv = x @ self.w_qkv.T.astype(x.dtype)
         q, k, v = (
@@ -92,8 +108,13 @@ class MultiHeadAttention(eqx.Module):
             pos = jnp.arange(seq)
             q, k = apply_rotary(q, pos), apply_rotary(k, pos)
         scores = jnp.einsum("qhd,khd->hqk", q, k) / jnp.asarray(math.sqrt(hd), x.dtype)
+        allowed = None
         if causal:
             allowed = jnp.tril(jnp.ones((seq, seq), dtype=bool))
+        if mask is not None:
+            keys = jnp.broadcast_to(mask.astype(bool)[None, :], (seq, seq))
+            allowed = keys if allowed is None else allowed & keys
+        if allowed is not None:
             scores = jnp.where(allowed[None], scores, jnp.finfo(x.dtype).min)
         weights = jax.nn.softmax(scores, axis=-1)
         out = jnp.einsum("hqk,khd->qhd", weights, v).reshape(seq, dim)

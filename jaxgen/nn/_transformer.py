@@ -12,7 +12,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
-from jaxtyping import Array, Float, Int, PRNGKeyArray
+from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from ._layers import MultiHeadAttention, RMSNorm, TimeEmbedding, init_normal
 from ._mixers import AbstractChannelMixer, make_mixer
@@ -52,16 +52,25 @@ class TransformerBlock(eqx.Module):
         self.modulation = jnp.zeros((4 * dim, dim)) if time_conditioning else None
 
     def __call__(
-        self, h: Float[Array, "L dim"], cond: Float[Array, " dim"] | None, *, causal: bool
+        self,
+        h: Float[Array, "L dim"],
+        cond: Float[Array, " dim"] | None,
+        *,
+        causal: bool,
+        mask: Bool[Array, " L"] | None = None,
     ) -> tuple[Float[Array, "L dim"], Float[Array, ""]]:
-        """One block on one sequence; returns (hidden states, mixer auxiliary loss)."""
+        """One block on one sequence; returns (hidden states, mixer auxiliary loss).
+
+        ``mask`` (``(L,)`` bool, optional) marks the positions usable as attention keys (see
+        `MultiHeadAttention`); masked positions still get their own outputs.
+        """
         a = jax.vmap(self.attn_norm)(h)
         m_shift = m_scale = None
         if self.modulation is not None and cond is not None:
             mod = self.modulation.astype(h.dtype) @ jax.nn.silu(cond)
             a_shift, a_scale, m_shift, m_scale = jnp.split(mod, 4)
             a = a * (1 + a_scale)[None, :] + a_shift[None, :]
-        h = h + self.attn(a, causal=causal)
+        h = h + self.attn(a, causal=causal, mask=mask)
         m = jax.vmap(self.mixer_norm)(h)
         if m_shift is not None and m_scale is not None:
             m = m * (1 + m_scale)[None, :] + m_shift[None, :]

@@ -1,4 +1,6 @@
-"""Conditional normalizing-flow transition density built on a frozen-coefficient Gaussian reference."""
+"""Conditional normalizing-flow transition density built on a frozen-coefficient Gaussian
+reference.
+"""
 
 import math
 
@@ -56,7 +58,8 @@ def frozen_gaussian_reference(
 class TransitionFlow(eqx.Module):
     r"""Normalizing-flow transition density p_theta(t, x | x0, lam) of a diffusion model.
 
-    l(t, x | c) = log N(S(zeta; f(c)); 0, I) + log|det dS/dzeta| - log|det L(t)| + log|det J phi(x)|,
+    l(t, x | c) = log N(S(zeta; f(c)); 0, I) + log|det dS/dzeta| - log|det L(t)| + log|det J
+    phi(x)|,
     zeta = L(t)^{-1}(phi(x) - m(t)), with (m, L) the frozen-coefficient Gaussian reference
     (`frozen_gaussian_reference`), phi = log on positive coordinates (so the support is the
     state space exactly) and S a smooth (C^infinity) bijection: for dim = 1 the monotone tanh
@@ -199,7 +202,9 @@ class TransitionFlow(eqx.Module):
         lam: Float[Array, " p"],
         num: int,
     ) -> Float[Array, "num dim"]:
-        """``num`` draws from p_theta(t, . | x0, lam): z ~ N(0, I), zeta = S^{-1}(z), x = phi^{-1}(m + L zeta)."""
+        """``num`` draws from p_theta(t, . | x0, lam): z ~ N(0, I), zeta = S^{-1}(z), x =
+        phi^{-1}(m + L zeta).
+        """
         z = jr.normal(key, (num, self.model.dim), dtype=x0.dtype)
         t = jnp.asarray(t, dtype=x0.dtype)
         m, chol = frozen_gaussian_reference(self.model, x0, lam, t)

@@ -81,7 +81,8 @@ class AbstractDiffusionModel(eqx.Module):
 
 
 class OrnsteinUhlenbeck(AbstractDiffusionModel):
-    r"""Isotropic OU process dX = kappa (theta - X) dt + sigma C dW, ``lam = (kappa, sigma, theta_1..d)``.
+    r"""Isotropic OU process dX = kappa (theta - X) dt + sigma C dW, ``lam = (kappa, sigma,
+    theta_1..d)``.
 
     ``corr`` is a fixed (d, d) correlation matrix (identity by default): a = sigma² corr.
     Exact law: X_t | x0 ~ N(theta + (x0 - theta) e^{-kappa t}, a (1 - e^{-2 kappa t}) / (2 kappa)).
@@ -228,7 +229,8 @@ def _check_time(t: ArrayLike, name: str = "t") -> Array:
 def cir_transition_params(
     t: Float[ArrayLike, ""], x0: Float[ArrayLike, ""], lam: Float[Array, " 3"]
 ) -> tuple[Float[Array, ""], Float[Array, ""], Float[Array, ""]]:
-    r"""(c_t, df, nc) of the CIR law: 2 c_t X_t ~ ncχ²(df = 4 kappa theta / sigma², nc = 2 c_t x0 e^{-kappa t}).
+    r"""(c_t, df, nc) of the CIR law: 2 c_t X_t ~ ncχ²(df = 4 kappa theta / sigma², nc = 2 c_t x0
+    e^{-kappa t}).
 
     c_t = 2 kappa / (sigma² (1 - e^{-kappa t})).
     """

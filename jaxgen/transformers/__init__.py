@@ -5,35 +5,15 @@ generative perplexity.
 
 from ._lm import (
     AUX_LOSS_WEIGHT as AUX_LOSS_WEIGHT,
-)
-from ._lm import (
     LMEvaluation as LMEvaluation,
-)
-from ._lm import (
     evaluate_lm as evaluate_lm,
-)
-from ._lm import (
     generative_perplexity as generative_perplexity,
-)
-from ._lm import (
     lm_loss as lm_loss,
-)
-from ._lm import (
     lm_optimizer as lm_optimizer,
-)
-from ._lm import (
     sample_lm as sample_lm,
-)
-from ._lm import (
     score_sequences as score_sequences,
-)
-from ._lm import (
     sequence_log_prob as sequence_log_prob,
-)
-from ._lm import (
     token_nll as token_nll,
-)
-from ._lm import (
     train_lm as train_lm,
 )
 from ._qes import LoRALinear as LoRALinear

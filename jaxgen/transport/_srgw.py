@@ -42,7 +42,7 @@ def _check_pair(A: Array, T: Array, W: Array | None = None) -> None:
 
 
 def _cross(A: Array, T: Array, W: Array) -> Array:
-    """$\\langle A T W^\\top, T\\rangle = \\sum_{ijkl} A_{ij} W_{kl} T_{ik} T_{jl}$."""
+    r"""$\langle A T W^\top, T\rangle = \sum_{ijkl} A_{ij} W_{kl} T_{ik} T_{jl}$."""
     return jnp.sum((A @ T @ W.T) * T)
 
 
@@ -113,7 +113,8 @@ def exact_line_search(
 
     $F(T + \gamma D) = F(T) + b\gamma + a\gamma^2$ with $d_q = D^\top 1$,
     $a = d_q^\top W_2 d_q - 2\langle A D W^\top, D\rangle$ and
-    $b = q^\top (W_2 + W_2^\top) d_q - 2(\langle A T W^\top, D\rangle + \langle A D W^\top, T\rangle)
+    $b = q^\top (W_2 + W_2^\top) d_q - 2(\langle A T W^\top, D\rangle + \langle A D W^\top,
+    T\rangle)
     = \langle \nabla_T F, D\rangle$. If $a > 0$, $\gamma^* = \mathrm{clip}(-b/2a, 0, 1)$; otherwise
     $\gamma^* = 1$ when $a + b < 0$ and $0$ else (POT's `solve_1d_linesearch_quad`).
 
@@ -136,12 +137,12 @@ def exact_line_search(
 
 
 class SrgwOutput(NamedTuple):
-    """Result of `solve_srgw_coupling`.
+    r"""Result of `solve_srgw_coupling`.
 
     Attributes:
         coupling: the coupling $T$ (n, K), rows summing to $h$.
         objective: $F(T, W)$, recomputed from scratch at the end.
-        fw_gap: the Frank-Wolfe gap $\\langle \\nabla F, T - S\\rangle \\ge 0$ at the returned $T$.
+        fw_gap: the Frank-Wolfe gap $\langle \nabla F, T - S\rangle \ge 0$ at the returned $T$.
         num_steps: conditional-gradient steps taken.
         result: a `jaxgen.core.RESULTS` flag.
     """
@@ -248,7 +249,8 @@ def solve_srgw_coupling(
     r"""Minimise $F(\cdot, W)$ over $\mathcal{U}_n(h)$, $h = T_0 1$, by conditional gradient.
 
     Each step: gradient $G$, row-wise LMO $S$, exact line search along $D = S - T$, and
-    $T \leftarrow T + \gamma^* D$. $A T$ is updated incrementally ($A T \mathrel{+}= \gamma A D$), so a
+    $T \leftarrow T + \gamma^* D$. $A T$ is updated incrementally ($A T \mathrel{+}= \gamma A D$),
+    so a
     step costs one $n \times n \times K$ product. The loop is a bounded `lax.while_loop` that stops
     when the Frank-Wolfe gap or the decrease of $F$ falls below ``tol`` times $|F|$. The same
     iterates as POT's `ot.gromov.semirelaxed_gromov_wasserstein(A, W, h, G0=T0)` (ties aside).
@@ -387,7 +389,7 @@ def srgw_barycenter(
 
 
 def round_argmax(T: Float[Array, "n K"]) -> Int[Array, " n"]:
-    """Deterministic labels $z_i = \\arg\\max_k T_{ik}$ (the authors' rounding)."""
+    r"""Deterministic labels $z_i = \arg\max_k T_{ik}$ (the authors' rounding)."""
     if T.ndim != 2:
         raise ValueError(f"`T` must be (n, K), got shape {T.shape}.")
     return jnp.argmax(T, axis=1)

@@ -100,7 +100,9 @@ def _perturb_flow(flow, key):
         w = net.layers[-1].weight
         return eqx.tree_at(lambda m: m.layers[-1].weight, net, 0.3 * jr.normal(k, w.shape))
 
-    return eqx.tree_at(lambda f: f.nets, flow, tuple(perturb(n, k) for n, k in zip(flow.nets, ks)))
+    return eqx.tree_at(
+        lambda f: f.nets, flow, tuple(perturb(n, k) for n, k in zip(flow.nets, ks, strict=True))
+    )
 
 
 @eqx.filter_jit

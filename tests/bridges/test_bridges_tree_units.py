@@ -112,18 +112,18 @@ def test_fuse_is_product_of_gaussian_densities():
     for _ in range(k):
         A = rng.normal(size=(d, d))
         Ss.append(A @ A.T + 0.3 * np.eye(d))
-    parts = [_np_gauss_canonical(m, S) for m, S in zip(ms, Ss)]
-    msgs = Canonical(*(jnp.asarray(np.stack(p)) for p in zip(*parts)))
+    parts = [_np_gauss_canonical(m, S) for m, S in zip(ms, Ss, strict=True)]
+    msgs = Canonical(*(jnp.asarray(np.stack(p)) for p in zip(*parts, strict=True)))
     fused = fuse(msgs)
     assert fused.c.shape == () and fused.F.shape == (d,) and fused.H.shape == (d, d)
     # pointwise: log U_fused(x) = sum_i log N(x; m_i, S_i)
     for x in rng.normal(size=(4, d)):
-        ref = sum(stats.multivariate_normal.logpdf(x, m, S) for m, S in zip(ms, Ss))
+        ref = sum(stats.multivariate_normal.logpdf(x, m, S) for m, S in zip(ms, Ss, strict=True))
         np.testing.assert_allclose(log_potential(fused, jnp.asarray(x)), ref, rtol=1e-12)
     # moments and mass of the product, by the sequential two-Gaussian product formula
     # N(x; a, A) N(x; b, B) = N(a; b, A + B) N(x; B (A+B)^-1 a + A (A+B)^-1 b, A (A+B)^-1 B)
     m_ref, S_ref, log_mass = ms[0], Ss[0], 0.0
-    for m, S in zip(ms[1:], Ss[1:]):
+    for m, S in zip(ms[1:], Ss[1:], strict=True):
         T = S_ref + S
         log_mass += stats.multivariate_normal.logpdf(m_ref, m, T)
         m_ref = S @ np.linalg.solve(T, m_ref) + S_ref @ np.linalg.solve(T, m)

@@ -61,6 +61,8 @@ def test_coverage_paper_scale(dist, d):
     tol = 0.05 + 3 * np.sqrt(0.05 * 0.95 / R)
     for kind in ("portfolio", "max_wealth", "predmix_eb", "subgaussian_ball"):
         ex = jax.lax.map(
-            lambda xr: jnp.any(excluded_path(xr, mu, 0.05, kind=kind)), x, batch_size=100
+            lambda xr, kind=kind: jnp.any(excluded_path(xr, mu, 0.05, kind=kind)),
+            x,
+            batch_size=100,
         )
         assert float(jnp.mean(ex)) <= tol, kind

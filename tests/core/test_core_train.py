@@ -165,3 +165,186 @@ def test_data_parallel_fit_matches_single_device():
         timeout=300,
     )
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-2000:]
+
+
+class MLP(eqx.Module):
+    layers: tuple
+
+    def __init__(self, key):
+        k1, k2 = jr.split(key)
+        self.layers = (eqx.nn.Linear(3, 8, key=k1), eqx.nn.Linear(8, 1, key=k2))
+
+    def __call__(self, x):
+        return self.layers[1](jnp.tanh(self.layers[0](x)))[0]
+
+
+def noisy_loss(model, batch, key):
+    """Uses its key (dropout-like noise), so a wrong step key changes the losses."""
+    x, y = batch
+    noise = 0.1 * jr.normal(key, y.shape)
+    return jnp.mean((jax.vmap(model)(x) - y - noise) ** 2)
+
+
+@pytest.fixture(scope="module")
+def mlp_runs():
+    model = MLP(jr.key(1))
+    optimizer = optax.adam(1e-2)
+    runs = {
+        k: fit(
+            noisy_loss,
+            model,
+            regression_sampler(16),
+            optimizer,
+            num_steps=120,
+            key=jr.key(2),
+            steps_per_call=k,
+            progress=False,
+        )
+        for k in (1, 7, 100)
+    }
+    return model, optimizer, runs
+
+
+def test_fit_any_steps_per_call_gives_the_same_run(mlp_runs):
+    _, _, runs = mlp_runs
+    ref = runs[1]
+    assert ref.losses.shape == (120,) and ref.losses[-1] < 0.5 * ref.losses[0]
+    for k in (7, 100):
+        np.testing.assert_allclose(runs[k].losses, ref.losses, rtol=1e-10)
+        for a, b in zip(
+            jax.tree_util.tree_leaves(runs[k].model),
+            jax.tree_util.tree_leaves(ref.model),
+            strict=True,
+        ):
+            np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-14)
+
+
+def test_fit_chunked_resume_equals_uninterrupted(mlp_runs, tmp_path):
+    model, optimizer, runs = mlp_runs
+    ckpt = str(tmp_path / "chunked")
+    kwargs = dict(key=jr.key(2), steps_per_call=7, checkpoint_dir=ckpt, progress=False)
+    # Killed at step 50 (a checkpoint multiple, not a multiple of 7), then restarted.
+    fit(
+        noisy_loss,
+        model,
+        regression_sampler(16),
+        optimizer,
+        num_steps=50,
+        checkpoint_every=25,
+        **kwargs,
+    )
+    resumed = fit(
+        noisy_loss,
+        model,
+        regression_sampler(16),
+        optimizer,
+        num_steps=120,
+        checkpoint_every=25,
+        **kwargs,
+    )
+    assert resumed.resumed_from == 50
+    np.testing.assert_allclose(resumed.losses, runs[7].losses, rtol=1e-10)
+    assert latest_checkpoint(ckpt).endswith("step_00000120")
+
+
+def counting_loss(model, batch, key, state, *, step):
+    """A carried state (running sum of batch means and a step log) and the step index."""
+    total, last_step = state
+    loss = squared_loss(model, batch, key)
+    return loss, (total + jnp.mean(batch[1]), jnp.asarray(step, last_step.dtype))
+
+
+def test_fit_threads_state_and_step_and_resumes(tmp_path, getkey):
+    key, model = getkey(), Linear(jnp.zeros(3))
+    state0 = (jnp.zeros(()), jnp.zeros((), jnp.int32))
+    sampler = regression_sampler(4)
+    evals = []
+
+    def callback(step, m, s):
+        evals.append(step)
+        return {"total": float(s[0])}
+
+    full = fit(
+        counting_loss,
+        model,
+        sampler,
+        optax.adam(0.05),
+        num_steps=30,
+        key=key,
+        state=state0,
+        pass_step=True,
+        steps_per_call=8,
+        callback=callback,
+        callback_every=10,
+        progress=False,
+    )
+    # The state is the sum over steps of each batch's mean target: recompute it step by step.
+    expected = 0.0
+    for k in range(30):
+        batch_key, _ = jr.split(jr.fold_in(key, k))
+        expected += float(jnp.mean(sampler(batch_key)[1]))
+    np.testing.assert_allclose(full.state[0], expected, rtol=1e-10)
+    assert int(full.state[1]) == 29
+    assert evals == [10, 20, 30] and [s for s, _ in full.evaluations] == [10, 20, 30]
+    np.testing.assert_allclose(full.evaluations[-1][1]["total"], expected, rtol=1e-10)
+    ckpt = str(tmp_path / "stateful")
+    common = dict(
+        key=key,
+        state=state0,
+        pass_step=True,
+        steps_per_call=8,
+        checkpoint_dir=ckpt,
+        checkpoint_every=12,
+        progress=False,
+    )
+    fit(counting_loss, model, sampler, optax.adam(0.05), num_steps=12, **common)
+    resumed = fit(counting_loss, model, sampler, optax.adam(0.05), num_steps=30, **common)
+    assert resumed.resumed_from == 12
+    np.testing.assert_allclose(resumed.state[0], full.state[0], rtol=1e-10)
+    np.testing.assert_allclose(resumed.losses, full.losses, rtol=1e-10)
+    np.testing.assert_allclose(resumed.model.weight, full.model.weight, rtol=1e-10)
+
+
+def test_fit_keeps_the_callers_model_and_compiles_once(getkey):
+    model = Linear(jnp.zeros(3))
+    args = (squared_loss, model, regression_sampler(8), optax.sgd(0.1))
+    first = fit(*args, num_steps=25, key=getkey(), steps_per_call=10, progress=False)
+    np.testing.assert_array_equal(model.weight, jnp.zeros(3))  # not donated away
+    assert first.losses.shape == (25,)
+    from jaxgen.core.train import _chunk
+
+    counted = eqx.filter_jit(eqx.debug.assert_max_traces(_chunk, max_traces=1))
+    opt = optax.sgd(0.1)
+    m, o, s, sampler = model, opt.init(model), None, regression_sampler(8)
+    for start in (0, 10, 20):  # the last chunk is cut short: same executable
+        m, o, s, _ = counted(
+            getkey(),
+            m,
+            o,
+            s,
+            jnp.asarray(start, jnp.int32),
+            jnp.asarray(10 if start < 20 else 5, jnp.int32),
+            chunk_size=10,
+            loss_fn=squared_loss,
+            batches=sampler,
+            optimizer=opt,
+            mesh=None,
+        )
+
+
+def test_fit_chunking_bad_input(getkey):
+    args = (squared_loss, Linear(jnp.zeros(3)), regression_sampler(4), optax.sgd(0.1))
+    for bad in (0, -3, True):
+        with pytest.raises(ValueError, match="`steps_per_call` must be an int >= 1"):
+            fit(*args, num_steps=3, key=getkey(), steps_per_call=bad)
+    # A float is refused by the annotation (TypeError under the jaxtyping hook) or by the check.
+    with pytest.raises((TypeError, ValueError), match="steps_per_call"):
+        fit(*args, num_steps=3, key=getkey(), steps_per_call=2.5)
+    with pytest.raises(ValueError, match="`checkpoint_every` must be an int >= 1"):
+        fit(*args, num_steps=3, key=getkey(), checkpoint_every=0)
+    with pytest.raises(ValueError, match="`callback_every` is required"):
+        fit(*args, num_steps=3, key=getkey(), callback=lambda *a: None)
+    with pytest.raises(ValueError, match="`callback_every` must be an int >= 1"):
+        fit(*args, num_steps=3, key=getkey(), callback=lambda *a: None, callback_every=0)
+    with pytest.raises(ValueError, match="without a `callback`"):
+        fit(*args, num_steps=3, key=getkey(), callback_every=2)

@@ -94,7 +94,7 @@ def test_prox_l1_linf_matches_joint_brute_force(getkey):
 
         # Prox fixed point: w = prox(w + (v - w)) trivially; check optimality of the composition:
         # the objective at w is below that at random perturbations.
-        def obj(x):
+        def obj(x, v=v, t1=t1, t2=t2):
             return 0.5 * np.sum((x - v) ** 2) + t1 * np.abs(x).sum() + t2 * np.abs(x).max()
 
         rng = np.random.default_rng(0)

@@ -1,6 +1,7 @@
 """Checks C1-C7 of the Neural CTMC spec: schedules, exact ELBO, gradient equivalence, baseline
 identities, non-negativity, sampler statistics and end-to-end TV with exact rates (float64)."""
 
+import functools as ft
 import itertools
 
 import jax
@@ -76,7 +77,7 @@ def _c1_errors(ts):
         pred = rho[None, :] - s.marginal(x, t) * sigma
         return jnp.max(jnp.abs(fd - pred)), jnp.min(rho), jnp.abs(jnp.sum(mix) - (1 - alpha))
 
-    return {k: jax.vmap(lambda t: check(s, t))(ts) for k, s in SCHEDULES.items()}
+    return {k: jax.vmap(ft.partial(check, s))(ts) for k, s in SCHEDULES.items()}
 
 
 def test_c1_schedule_consistency():
@@ -152,7 +153,7 @@ def test_c3_gradient_equivalence(kind):
         return c, m, g1, g2
 
     c, m, g1, g2 = run(theta)
-    for a, b in zip(g1, g2):
+    for a, b in zip(g1, g2, strict=True):
         np.testing.assert_allclose(a, b, atol=1e-8)
     assert float(jnp.max(jnp.abs(g2[0]))) > 1e-3  # the check is not vacuous
     assert c >= m - 1e-10  # Jensen: the constant gap between the two objectives is >= 0
@@ -257,7 +258,7 @@ def test_c6_sampler_jump_statistics():
     n, lam, h = 100_000, 2.0, 0.1
     outs = _c6_steps(jr.key(6))
     probs = (-np.expm1(-lam * h), lam * h * np.exp(-lam * h))  # Euler, tau (exactly one event)
-    for out, p in zip(outs, probs):
+    for out, p in zip(outs, probs, strict=True):
         out = np.asarray(out)
         freq = float(np.mean(out != 0))
         assert abs(freq - p) < 4 * np.sqrt(p * (1 - p) / n), (freq, p)

@@ -15,8 +15,7 @@ from jaxgen.metrics import (
     sliced_w2,
     w1_1d,
 )
-from tests.reference.gaussian_numpy import gaussian_w2 as gaussian_w2_numpy
-from tests.reference.gaussian_numpy import random_spd
+from tests.reference.gaussian_numpy import gaussian_w2 as gaussian_w2_numpy, random_spd
 
 
 def test_gaussian_w2_against_scipy_sqrtm():
@@ -86,3 +85,23 @@ def test_metrics_bad_input():
         sliced_w2(jr.key(0), jnp.zeros((4, 2)), jnp.zeros((5, 2)))
     with pytest.raises(ValueError, match="at least 2 samples"):
         energy_distance(jnp.zeros((1, 2)), jnp.zeros((4, 2)))
+
+
+def test_feature_frechet_distance_against_numpy():
+    from jaxgen.metrics import feature_frechet_distance
+
+    rng = np.random.default_rng(3)
+    a = rng.normal(size=(200, 4))
+    b = rng.normal(size=(150, 4)) @ rng.normal(size=(4, 4)) + 0.5
+    ma, mb = a.mean(0), b.mean(0)
+    sa, sb = np.cov(a, rowvar=False), np.cov(b, rowvar=False)
+    expected = gaussian_w2_numpy(ma, sa, mb, sb) ** 2
+    ours = jax.jit(feature_frechet_distance)(jnp.asarray(a), jnp.asarray(b))
+    np.testing.assert_allclose(ours, expected, rtol=1e-8)
+    np.testing.assert_allclose(
+        feature_frechet_distance(jnp.asarray(a), jnp.asarray(a)), 0.0, atol=1e-8
+    )
+    with pytest.raises((TypeError, ValueError), match="feats_b|feature size"):
+        feature_frechet_distance(jnp.zeros((4, 3)), jnp.zeros((4, 2)))
+    with pytest.raises(ValueError, match="`feats_b` must have shape"):
+        feature_frechet_distance(jnp.zeros((4, 3)), jnp.zeros((1, 3)))

@@ -161,7 +161,7 @@ def test_basin_of_exact_icnn(getkey):
     params, static = eqx.partition(exact, eqx.is_inexact_array)
     leaves, treedef = jax.tree_util.tree_flatten(params)
     keys = jr.split(getkey(), len(leaves))
-    leaves = [v + 0.01 * jr.normal(k, v.shape, v.dtype) for v, k in zip(leaves, keys)]
+    leaves = [v + 0.01 * jr.normal(k, v.shape, v.dtype) for v, k in zip(leaves, keys, strict=True)]
     model = project_nonneg(eqx.combine(jax.tree_util.tree_unflatten(treedef, leaves), static))
     res = fit_on_box(
         model, max_n, key=getkey(), num_steps=500, batch_size=256, optimizer=optax.adam(1e-3)

@@ -143,3 +143,34 @@ def test_transformer_bad_input(tiny_models):
         Transformer(5, 8, 1, 2, 4, key=jr.key(0), out_size=4)
     with pytest.raises(ValueError, match="divisible"):
         Transformer(5, 8, 1, 3, 4, key=jr.key(0))
+
+
+def test_attention_key_mask_equals_attention_on_kept_tokens():
+    from jaxgen.nn import MultiHeadAttention, TransformerBlock
+
+    key = jr.key(7)
+    attn = MultiHeadAttention(8, 2, rotary=False, key=key)
+    x = jr.normal(jr.key(8), (6, 8))
+    mask = jnp.array([True, False, True, True, False, True])
+    keep = np.flatnonzero(np.asarray(mask))
+    masked = jax.jit(lambda x, m: attn(x, causal=False, mask=m))(x, mask)
+    # Without rotary positions, a query attending to the kept keys only is exactly the
+    # unmasked attention on the sequence with the padding removed.
+    dense = attn(x[keep], causal=False)
+    np.testing.assert_allclose(masked[keep], dense, rtol=1e-10, atol=1e-12)
+    # Padded keys with any content change nothing.
+    x2 = x.at[1].set(100.0).at[4].set(-3.0)
+    np.testing.assert_allclose(attn(x2, causal=False, mask=mask)[keep], masked[keep], rtol=1e-10)
+    # mask=None is the unmasked graph; an all-True mask gives the same values.
+    np.testing.assert_allclose(
+        attn(x, causal=True, mask=jnp.ones(6, bool)), attn(x, causal=True), rtol=1e-12
+    )
+    block = TransformerBlock(
+        8, 2, "mlp", {}, rotary=False, time_conditioning=False, out_std=0.02, key=key
+    )
+    out, _ = block(x2, None, causal=False, mask=mask)
+    ref, _ = block(x[keep], None, causal=False)
+    np.testing.assert_allclose(out[keep], ref, rtol=1e-10, atol=1e-12)
+    # The annotation refuses a wrong length first under the jaxtyping hook; the check otherwise.
+    with pytest.raises((TypeError, ValueError), match="mask"):
+        attn(x, causal=False, mask=jnp.ones(5, bool))

@@ -1,4 +1,5 @@
-"""Language-model core: corpora, tokenizer, sampler, loss, evaluation, sampling, scoring, training."""
+"""Language-model core: corpora, tokenizer, sampler, loss, evaluation, sampling, scoring,
+training."""
 
 import math
 
@@ -219,7 +220,8 @@ def test_overfits_tiny_text_every_mixer(mixer):
 
 @pytest.mark.slow
 def test_fine_tune_on_samples_and_resume(model, tmp_path, getkey):
-    """Fine-tune on own samples; a run resumed from its step-2 checkpoint equals an uninterrupted one."""
+    """Fine-tune on own samples; a run resumed from its step-2 checkpoint equals an uninterrupted
+    one."""
     samples = sample_lm(getkey(), model, 8, 8, prompt=jnp.array([1]))
     opt = lm_optimizer(1e-2, 4)  # the 4-step schedule, shared by the killed and the whole run
     batches = minibatches(samples, 4)
@@ -242,5 +244,6 @@ def test_fine_tune_on_samples_and_resume(model, tmp_path, getkey):
     for a, b in zip(
         jax.tree_util.tree_leaves(eqx.filter(again.model, eqx.is_array)),
         jax.tree_util.tree_leaves(eqx.filter(whole.model, eqx.is_array)),
+        strict=True,
     ):
         np.testing.assert_allclose(a, b, rtol=1e-10)

@@ -123,9 +123,9 @@ def test_block_coordinate_monotone_feasible_and_w_step_optimal():
     E = jnp.zeros((K, K))
     pert = []
     for k in range(K):
-        for l in range(k, K):
+        for m in range(k, K):
             for s in (1e-3, -1e-3):
-                pert.append(E.at[k, l].add(s).at[l, k].set(E[k, l] + s))
+                pert.append(E.at[k, m].add(s).at[m, k].set(E[k, m] + s))
     vals = jax.jit(jax.vmap(lambda P: srgw_objective(A, T, W + P)))(jnp.stack(pert))
     assert float(vals.min()) >= F_best - 1e-14
 
