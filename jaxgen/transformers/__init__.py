@@ -24,3 +24,8 @@ from ._qes import route_loss as route_loss
 from ._qes import shutdown_mask as shutdown_mask
 from ._qes import switch_load_loss as switch_load_loss
 from ._qes import trim_suspects as trim_suspects
+from ._qes_data import BackdoorVocab as BackdoorVocab
+from ._qes_data import clean_test_set as clean_test_set
+from ._qes_data import make_task as make_task
+from ._qes_data import poison as poison
+from ._qes_data import triggered_test_set as triggered_test_set
