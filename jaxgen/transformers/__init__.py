@@ -29,3 +29,8 @@ from ._qes_data import clean_test_set as clean_test_set
 from ._qes_data import make_task as make_task
 from ._qes_data import poison as poison
 from ._qes_data import triggered_test_set as triggered_test_set
+from ._qes_eval import attack_success_rate as attack_success_rate
+from ._qes_eval import clean_accuracy as clean_accuracy
+from ._qes_eval import greedy_decode as greedy_decode
+from ._qes_eval import lm_tokens as lm_tokens
+from ._qes_eval import routing_auroc as routing_auroc
