@@ -47,21 +47,27 @@ from ._lm import (
     token_nll as token_nll,
     train_lm as train_lm,
 )
-from ._qes import LoRALinear as LoRALinear
-from ._qes import MoLoRALinear as MoLoRALinear
-from ._qes import QESConfig as QESConfig
-from ._qes import TokenRouter as TokenRouter
-from ._qes import route_loss as route_loss
-from ._qes import shutdown_mask as shutdown_mask
-from ._qes import switch_load_loss as switch_load_loss
-from ._qes import trim_suspects as trim_suspects
-from ._qes_data import BackdoorVocab as BackdoorVocab
-from ._qes_data import clean_test_set as clean_test_set
-from ._qes_data import make_task as make_task
-from ._qes_data import poison as poison
-from ._qes_data import triggered_test_set as triggered_test_set
-from ._qes_eval import attack_success_rate as attack_success_rate
-from ._qes_eval import clean_accuracy as clean_accuracy
-from ._qes_eval import greedy_decode as greedy_decode
-from ._qes_eval import lm_tokens as lm_tokens
-from ._qes_eval import routing_auroc as routing_auroc
+from ._qes import (
+    LoRALinear as LoRALinear,
+    MoLoRALinear as MoLoRALinear,
+    QESConfig as QESConfig,
+    TokenRouter as TokenRouter,
+    route_loss as route_loss,
+    shutdown_mask as shutdown_mask,
+    switch_load_loss as switch_load_loss,
+    trim_suspects as trim_suspects,
+)
+from ._qes_data import (
+    BackdoorVocab as BackdoorVocab,
+    clean_test_set as clean_test_set,
+    make_task as make_task,
+    poison as poison,
+    triggered_test_set as triggered_test_set,
+)
+from ._qes_eval import (
+    attack_success_rate as attack_success_rate,
+    clean_accuracy as clean_accuracy,
+    greedy_decode as greedy_decode,
+    lm_tokens as lm_tokens,
+    routing_auroc as routing_auroc,
+)
