@@ -254,3 +254,44 @@ def test_corruptions_and_proxies(toy, getkey):
     assert -1.0 <= float(corr) <= 1.0
     order = distortion_ordering(getkey(), model.features, X)
     assert float(order) > 0.5  # stronger noise moves features further, most of the time
+
+
+def test_jem_step_eager_jit_vmap_and_traces_once(toy, getkey):
+    """Eager == jit for jem_loss and sgld, vmap over keys == loop, a step compiles once."""
+    x, y = toy
+    x, y = x[:16], y[:16]
+    model = MLPClassifier(6, 4, width=8, key=getkey())
+    cfg = JEMConfig(mix=0.5, gamma_reg=0.1, num_steps=3)
+    x_neg = jr.uniform(getkey(), (16, 6), minval=-1, maxval=1)
+    eager = jem_loss(model, x, y, x_neg, cfg)
+    jitted = eqx.filter_jit(jem_loss)(model, x, y, x_neg, cfg)
+    for a, b in zip(
+        jax.tree_util.tree_leaves(eager), jax.tree_util.tree_leaves(jitted), strict=True
+    ):
+        np.testing.assert_allclose(a, b, rtol=1e-10)
+
+    def energy(z):
+        return energy_marginal(model(z))
+
+    def run(k):
+        return sgld(k, energy, x_neg, num_steps=3, step_size=0.1)
+
+    keys = jr.split(getkey(), 3)
+    batched = jax.jit(jax.vmap(run))(keys)
+    for i in range(3):
+        np.testing.assert_allclose(batched[i], run(keys[i]), rtol=1e-10, atol=1e-12)
+
+    @eqx.filter_jit
+    @eqx.debug.assert_max_traces(max_traces=1)
+    def step(model, buffer, key):
+        k1, k2 = jr.split(key)
+        x0, idx = buffer.sample(k1, 16, reinit_freq=cfg.reinit_freq)
+        xn = sgld(k2, lambda z: energy_marginal(model(z)), x0, num_steps=cfg.num_steps)
+        (loss, _), g = eqx.filter_value_and_grad(jem_loss, has_aux=True)(model, x, y, xn, cfg)
+        model = eqx.apply_updates(model, jax.tree_util.tree_map(lambda t: -1e-2 * t, g))
+        return model, buffer.update(idx, xn), loss
+
+    buffer = init_replay_buffer(getkey(), 32, 6)
+    for _ in range(3):
+        model, buffer, loss = step(model, buffer, getkey())
+        assert np.isfinite(float(loss))
