@@ -356,13 +356,8 @@ def run(config, key, rec):
     toy = figures[rho0][0]
     prior_s = toy.dock(jr.fold_in(k_guid, 9), toy.sample_prior(jr.fold_in(k_guid, 8), 4000))
     gen_gap = abs(mean["unguided"]["s_on"] - float(jnp.mean(prior_s[:, 0])))
-    rec.claim(
-        "generator_learned",
-        "|mean on-target energy: unguided samples - prior draws|",
-        gen_gap,
-        "<=",
-        0.1,
-    )
+    what = "|mean on-target energy: unguided samples - prior draws|"
+    rec.claim("generator_learned", what, gen_gap, "<=", 0.1)
     rec.claim(
         "on_only_binding",
         "mean s_on(unguided) - mean s_on(on-only guidance, w=1)",
