@@ -198,3 +198,30 @@ def test_bad_inputs(getkey):
         model.project(jnp.zeros(4), jnp.zeros(2))
     with pytest.raises(Exception, match="NaN or inf"):
         model.project(jnp.array([0.0, jnp.nan, 0.0, 0.0]), jnp.zeros(1))
+
+
+@pytest.mark.slow
+def test_trained_concat_and_film_caes_are_not_idempotent():
+    """Check 5: after training on pendulum manifolds, ConcatCAE and FiLMCAE fail idempotency
+    (>= 1e-3) on held-out contexts while NcAE, trained the same way, stays exact."""
+    from jaxgen.data import pendulum_manifold_dataset
+
+    X, C, _ = pendulum_manifold_dataset(jr.key(0), [0.2, 1.0, 5.0], n_amp=12, n_t=12)
+    Xh, Ch, _ = pendulum_manifold_dataset(jr.key(1), [0.5, 2.0], n_amp=6, n_t=6)
+    batches = minibatches((jnp.asarray(X), jnp.asarray(C)), 128)
+    errors = {}
+    for name, cls in (("NcAE", NcAE), ("ConcatCAE", ConcatCAE), ("FiLMCAE", FiLMCAE)):
+        model = cls(DIMS, 1, key=jr.key(2))
+        res = fit(
+            ncae_loss,
+            model,
+            batches,
+            optax.adam(3e-3),
+            num_steps=800,
+            key=jr.key(3),
+            progress=False,
+        )
+        assert res.losses[-1] < 0.5 * res.losses[0], name  # it trained
+        errors[name] = float(_idem(res.model, jnp.asarray(Xh), jnp.asarray(Ch)))
+    assert errors["NcAE"] <= 1e-10
+    assert errors["ConcatCAE"] >= 1e-3 and errors["FiLMCAE"] >= 1e-3, errors
