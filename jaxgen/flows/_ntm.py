@@ -118,7 +118,7 @@ class NTM(eqx.Module):
         return _gaussian_log_prob(u_s, mu, log_sigma) + logdet
 
     def trajectory_nll(
-        self, xs: Float[Array, "T+1 L c"], ts: Float[Array, " T+1"], y: Int[Array, ""] | None = None
+        self, xs: Float[Array, "T1 L c"], ts: Float[Array, " T1"], y: Int[Array, ""] | None = None
     ) -> Float[Array, ""]:
         r"""Exact $-\log p(x_{t_0}, \dots, x_{t_T})$ in nats (eq. 3.4, all constants).
 
@@ -158,10 +158,10 @@ class NTM(eqx.Module):
     def sample(
         self,
         key: PRNGKeyArray,
-        ts: Float[Array, " T+1"],
+        ts: Float[Array, " T1"],
         y: Int[Array, ""] | None = None,
         cfg_scale: float | Float[Array, ""] = 0.0,
-    ) -> tuple[Float[Array, "L c"], Float[Array, "T+1 L c"]]:
+    ) -> tuple[Float[Array, "L c"], Float[Array, "T1 L c"]]:
         r"""Ancestral sampling in u-space (Algorithm 2), then one inversion of $f_T$ at $t_0$.
 
         $\hat u_{t_T} \sim N(0, I)$; for $k = T, \dots, 1$:
@@ -206,10 +206,10 @@ class NTM(eqx.Module):
 
     def invert_trajectory(
         self,
-        u_traj: Float[Array, "T+1 L c"],
-        ts: Float[Array, " T+1"],
+        u_traj: Float[Array, "T1 L c"],
+        ts: Float[Array, " T1"],
         y: Int[Array, ""] | None = None,
-    ) -> Float[Array, "T+1 L c"]:
+    ) -> Float[Array, "T1 L c"]:
         """``x_{t_k} = f_T^{-1}(u_{t_k}, t_k)`` at every level (``x_{t_T} = u_{t_T}``).
 
         ``y`` is accepted for symmetry with `sample` (the transporter is not class-conditioned).
@@ -347,8 +347,8 @@ def ntm_loss(
 def mean_alignment_loss(
     model: NTM,
     frozen_fm: AbstractVelocityField,
-    xs: Float[Array, "T+1 L c"],
-    ts: Float[Array, " T+1"],
+    xs: Float[Array, "T1 L c"],
+    ts: Float[Array, " T1"],
     y: Int[Array, ""] | None = None,
 ) -> Float[Array, ""]:
     r"""Finetuning regulariser $\sum_k \|\mu_P^{(k)} - \mu_{FM}^{(k)}\|^2$ (spec 2.8).
@@ -393,8 +393,8 @@ def mean_alignment_loss(
 
 def trajectory_score_denoise(
     model: NTM,
-    xs: Float[Array, "T+1 L c"],
-    ts: Float[Array, " T+1"],
+    xs: Float[Array, "T1 L c"],
+    ts: Float[Array, " T1"],
     y: Int[Array, ""] | None = None,
     clip_percentile: float | None = None,
 ) -> Float[Array, "T L c"]:
@@ -488,7 +488,7 @@ def denoiser_targets(
     key: PRNGKeyArray,
     model: NTM,
     x0: Float[Array, "L c"],
-    ts: Float[Array, " T+1"],
+    ts: Float[Array, " T1"],
     y: Int[Array, ""] | None = None,
     clip_percentile: float | None = None,
 ) -> tuple[Float[Array, "L c"], Float[Array, "L c"]]:
@@ -532,7 +532,7 @@ def ntm_elbo(
     key: PRNGKeyArray,
     model: NTM,
     x_t0: Float[Array, "L c"],
-    ts: Float[Array, " T+1"],
+    ts: Float[Array, " T1"],
     y: Int[Array, ""] | None = None,
     num_samples: int = 1,
 ) -> Float[Array, ""]:

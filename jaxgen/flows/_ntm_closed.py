@@ -34,7 +34,7 @@ def _is_concrete(x: Any) -> bool:
     return not isinstance(x, jax.core.Tracer)
 
 
-def check_times(ts: Float[ArrayLike, " T+1"], name: str = "ts") -> Float[Array, " T+1"]:
+def check_times(ts: Float[ArrayLike, " T1"], name: str = "ts") -> Float[Array, " T1"]:
     """Validate a schedule: 1-D, >= 2 levels, strictly increasing, ``ts[0] >= 0``, ``ts[-1] = 1``.
 
     Shape errors raise ``ValueError`` at trace time; value errors go through `eqx.error_if`
@@ -54,7 +54,7 @@ def check_times(ts: Float[ArrayLike, " T+1"], name: str = "ts") -> Float[Array, 
 
 def ntm_schedule(
     num_steps: int, seq_len: int, t_min: float | Float[Array, ""] = 0.0
-) -> Float[Array, " T+1"]:
+) -> Float[Array, " T1"]:
     r"""The shifted schedule $(t_{\min}, \sigma_1, \dots, \sigma_T)$ of Appendix C.4.
 
     $\tilde\sigma_k = k / T$ and $\sigma_k = e^\mu / (e^\mu + 1/\tilde\sigma_k - 1)$ with
@@ -99,8 +99,8 @@ def _kernel(s: Array, t: Array) -> tuple[Array, Array]:
 
 
 def forward_trajectory(
-    key: PRNGKeyArray, x0: Float[Array, "..."], ts: Float[ArrayLike, " T+1"]
-) -> Float[Array, "T+1 ..."]:
+    key: PRNGKeyArray, x0: Float[Array, "..."], ts: Float[ArrayLike, " T1"]
+) -> Float[Array, "T1 ..."]:
     r"""Sample the forward chain $x_{t_0}, \dots, x_{t_T}$ from clean data $x_0$ (spec 2.1).
 
     $x_{t_0} = (1 - t_0) x_0 + t_0 \varepsilon_0$, then
@@ -130,7 +130,7 @@ def forward_trajectory(
     return jnp.concatenate([first[None], rest])
 
 
-def _check_pair(t: Array, s: Array) -> tuple[Array, Array]:
+def _check_pair(t: Any, s: Any) -> tuple[Array, Array]:
     t, s = jnp.asarray(t), jnp.asarray(s)
     if t.ndim or s.ndim:
         raise ValueError(f"`t` and `s` must be scalars, got shapes {t.shape} and {s.shape}.")
@@ -174,7 +174,7 @@ def reverse_posterior_coeffs(
     return a, b, c
 
 
-def trajectory_covariance(ts: Float[ArrayLike, " T+1"]) -> Float[Array, "T+1 T+1"]:
+def trajectory_covariance(ts: Float[ArrayLike, " T1"]) -> Float[Array, "T1 T1"]:
     r"""Covariance $S$ of the trajectory given $x_0$, per coordinate (Prop. 3).
 
     $S_{ij} = t_i^2 (1 - t_j) / (1 - t_i)$ for $t_i \le t_j$ (symmetric); $S_{ii} = t_i^2$ is set
