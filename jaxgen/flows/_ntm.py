@@ -26,7 +26,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
-from jaxtyping import Array, Float, Int, PRNGKeyArray
+from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
 from ._ntm_closed import (
     T_ONE_EPS,
@@ -37,6 +37,7 @@ from ._ntm_closed import (
     gaussian_cfg,
     ntm_schedule,
     reverse_posterior_coeffs,
+    shifted_levels,
     trajectory_covariance,
 )
 from ._ntm_predict import (
@@ -94,10 +95,10 @@ class NTM(eqx.Module):
         self,
         x_s: Float[Array, "L c"],
         x_t: Float[Array, "L c"],
-        s: Float[Array, ""],
-        t: Float[Array, ""],
-        y: Int[Array, ""] | None,
-        T: int,
+        s: Float[ArrayLike, ""],
+        t: Float[ArrayLike, ""],
+        y: Int[ArrayLike, ""] | None,
+        T: Any,
     ) -> Float[Array, ""]:
         """``log p(x_s | x_t)`` (eq. 3.3), nats; the log-det enters at the target level only.
 
@@ -118,7 +119,10 @@ class NTM(eqx.Module):
         return _gaussian_log_prob(u_s, mu, log_sigma) + logdet
 
     def trajectory_nll(
-        self, xs: Float[Array, "T1 L c"], ts: Float[Array, " T1"], y: Int[Array, ""] | None = None
+        self,
+        xs: Float[Array, "T1 L c"],
+        ts: Float[ArrayLike, " T1"],
+        y: Int[ArrayLike, ""] | None = None,
     ) -> Float[Array, ""]:
         r"""Exact $-\log p(x_{t_0}, \dots, x_{t_T})$ in nats (eq. 3.4, all constants).
 
@@ -158,9 +162,9 @@ class NTM(eqx.Module):
     def sample(
         self,
         key: PRNGKeyArray,
-        ts: Float[Array, " T1"],
-        y: Int[Array, ""] | None = None,
-        cfg_scale: float | Float[Array, ""] = 0.0,
+        ts: Float[ArrayLike, " T1"],
+        y: Int[ArrayLike, ""] | None = None,
+        cfg_scale: float | Float[ArrayLike, ""] = 0.0,
     ) -> tuple[Float[Array, "L c"], Float[Array, "T1 L c"]]:
         r"""Ancestral sampling in u-space (Algorithm 2), then one inversion of $f_T$ at $t_0$.
 
@@ -207,8 +211,8 @@ class NTM(eqx.Module):
     def invert_trajectory(
         self,
         u_traj: Float[Array, "T1 L c"],
-        ts: Float[Array, " T1"],
-        y: Int[Array, ""] | None = None,
+        ts: Float[ArrayLike, " T1"],
+        y: Int[ArrayLike, ""] | None = None,
     ) -> Float[Array, "T1 L c"]:
         """``x_{t_k} = f_T^{-1}(u_{t_k}, t_k)`` at every level (``x_{t_T} = u_{t_T}``).
 
@@ -254,7 +258,7 @@ def _check_steps(steps: Sequence[int], mode: str, t_min_range: Sequence[float], 
     if mode not in MODES:
         raise ValueError(f"`mode` must be one of {MODES}, got {mode!r}.")
     lo, hi = (float(v) for v in t_min_range)
-    t1 = float(ntm_schedule(max(steps), seq_len, 0.0)[1])
+    t1 = shifted_levels(max(steps), seq_len)[0]
     if not 0 <= lo <= hi < t1:
         raise ValueError(
             f"`t_min_range` must satisfy 0 <= lo <= hi < t_1 = {t1:.4g} (T = {max(steps)}), "
@@ -348,8 +352,8 @@ def mean_alignment_loss(
     model: NTM,
     frozen_fm: AbstractVelocityField,
     xs: Float[Array, "T1 L c"],
-    ts: Float[Array, " T1"],
-    y: Int[Array, ""] | None = None,
+    ts: Float[ArrayLike, " T1"],
+    y: Int[ArrayLike, ""] | None = None,
 ) -> Float[Array, ""]:
     r"""Finetuning regulariser $\sum_k \|\mu_P^{(k)} - \mu_{FM}^{(k)}\|^2$ (spec 2.8).
 
@@ -394,8 +398,8 @@ def mean_alignment_loss(
 def trajectory_score_denoise(
     model: NTM,
     xs: Float[Array, "T1 L c"],
-    ts: Float[Array, " T1"],
-    y: Int[Array, ""] | None = None,
+    ts: Float[ArrayLike, " T1"],
+    y: Int[ArrayLike, ""] | None = None,
     clip_percentile: float | None = None,
 ) -> Float[Array, "T L c"]:
     r"""Tweedie denoising with the exact trajectory score (eq. 3.5, Algorithm 3).
@@ -473,7 +477,10 @@ class Denoiser(eqx.Module):
         self.seq_len, self.channels, self.num_classes = seq_len, channels, num_classes
 
     def __call__(
-        self, u_t0: Float[Array, "L c"], t0: Float[Array, ""], y: Int[Array, ""] | None = None
+        self,
+        u_t0: Float[Array, "L c"],
+        t0: Float[ArrayLike, ""],
+        y: Int[ArrayLike, ""] | None = None,
     ) -> Float[Array, "L c"]:
         """Clean-data estimate from the first latent ``u_t0`` of a sampled trajectory."""
         _check_state(u_t0, self.seq_len, self.channels, "u_t0")
@@ -488,8 +495,8 @@ def denoiser_targets(
     key: PRNGKeyArray,
     model: NTM,
     x0: Float[Array, "L c"],
-    ts: Float[Array, " T1"],
-    y: Int[Array, ""] | None = None,
+    ts: Float[ArrayLike, " T1"],
+    y: Int[ArrayLike, ""] | None = None,
     clip_percentile: float | None = None,
 ) -> tuple[Float[Array, "L c"], Float[Array, "L c"]]:
     """``(u_t0, target)`` for one clean sample: forward chain, ``f_T`` at ``t0``, Algorithm 3."""
@@ -532,8 +539,8 @@ def ntm_elbo(
     key: PRNGKeyArray,
     model: NTM,
     x_t0: Float[Array, "L c"],
-    ts: Float[Array, " T1"],
-    y: Int[Array, ""] | None = None,
+    ts: Float[ArrayLike, " T1"],
+    y: Int[ArrayLike, ""] | None = None,
     num_samples: int = 1,
 ) -> Float[Array, ""]:
     r"""Lower bound on $\log p(x_{t_0})$ in nats (spec 2.10), importance-weighted over K paths.

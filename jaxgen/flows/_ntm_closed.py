@@ -52,6 +52,13 @@ def check_times(ts: Float[ArrayLike, " T1"], name: str = "ts") -> Float[Array, "
     return ts
 
 
+def shifted_levels(num_steps: int, seq_len: int) -> list[float]:
+    """``[sigma_1, ..., sigma_T]`` of `ntm_schedule` as Python floats (``sigma_T = 1`` exactly)."""
+    mu = 0.5 + 0.65 * (seq_len - 256) / (4096 - 256)
+    e = math.exp(mu)
+    return [e / (e + (num_steps / k - 1)) for k in range(1, num_steps + 1)]
+
+
 def ntm_schedule(
     num_steps: int, seq_len: int, t_min: float | Float[Array, ""] = 0.0
 ) -> Float[Array, " T1"]:
@@ -73,9 +80,7 @@ def ntm_schedule(
         raise ValueError(f"`num_steps` must be an int >= 1, got {num_steps!r}.")
     if not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len < 1:
         raise ValueError(f"`seq_len` must be an int >= 1, got {seq_len!r}.")
-    mu = 0.5 + 0.65 * (seq_len - 256) / (4096 - 256)
-    e = math.exp(mu)
-    sigmas = [e / (e + (num_steps / k - 1)) for k in range(1, num_steps + 1)]  # sigma_T = 1
+    sigmas = shifted_levels(num_steps, seq_len)
     if _is_concrete(t_min) and not 0 <= float(t_min) < sigmas[0]:
         raise ValueError(
             f"`t_min` must lie in [0, t_1) = [0, {sigmas[0]:.4g}) for T = {num_steps}, "

@@ -27,7 +27,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
-from jaxtyping import Array, Float, Int, PRNGKeyArray
+from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
 from ..nn import RMSNorm, TimeEmbedding, TransformerBlock, init_normal, sinusoidal_embedding
 from ._ntm_closed import reverse_posterior_coeffs
@@ -86,9 +86,9 @@ class AbstractGaussianPredictor(eqx.Module):
     def __call__(
         self,
         u_t: Float[Array, "L c"],
-        t: Float[Array, ""],
-        s: Float[Array, ""],
-        y: Int[Array, ""] | None,
+        t: Float[ArrayLike, ""],
+        s: Float[ArrayLike, ""],
+        y: Int[ArrayLike, ""] | None,
         T: Any,
     ) -> tuple[Float[Array, "L c"], Float[Array, "L c"]]:
         """Mean and log standard deviation of ``u_s`` given ``u_t`` (``0 <= s < t <= 1``)."""

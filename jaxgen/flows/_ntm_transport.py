@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
-from jaxtyping import Array, Float, PRNGKeyArray
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from ..nn import RMSNorm, TimeEmbedding, TransformerBlock, init_normal
 from ._ntm_closed import T_ONE_EPS
@@ -69,12 +69,14 @@ class AbstractTransporter(eqx.Module):
 
     @abc.abstractmethod
     def forward(
-        self, x: Float[Array, "L c"], t: Float[Array, ""], T: Any
+        self, x: Float[Array, "L c"], t: Float[ArrayLike, ""], T: Any
     ) -> tuple[Float[Array, "L c"], Float[Array, ""]]:
         """``(u, log|det du/dx|)`` of one state ``x`` at level ``t`` (``T``: number of steps)."""
 
     @abc.abstractmethod
-    def inverse(self, u: Float[Array, "L c"], t: Float[Array, ""], T: Any) -> Float[Array, "L c"]:
+    def inverse(
+        self, u: Float[Array, "L c"], t: Float[ArrayLike, ""], T: Any
+    ) -> Float[Array, "L c"]:
         """``x`` with ``forward(x, t, T)[0] == u``."""
 
 
@@ -96,7 +98,7 @@ class AbstractConditioner(eqx.Module):
 
     @abc.abstractmethod
     def __call__(
-        self, x: Float[Array, "L c"], t: Float[Array, ""], T: Float[Array, ""]
+        self, x: Float[Array, "L c"], t: Float[ArrayLike, ""], T: Any
     ) -> tuple[Float[Array, "L c"], Float[Array, "L c"]]:
         """Affine parameters of every token."""
 
@@ -268,12 +270,12 @@ class TarFlowBlock(eqx.Module):
     conditioner: AbstractConditioner
     flip: bool = eqx.field(static=True)
 
-    def _params(self, x: Array, t: Array, T: Array) -> tuple[Array, Array]:
+    def _params(self, x: Array, t: Any, T: Any) -> tuple[Array, Array]:
         shift, raw = self.conditioner(x, t, T)
         return shift, LOG_SCALE_CLAMP * jnp.tanh(raw / LOG_SCALE_CLAMP)
 
     def forward(
-        self, x: Float[Array, "L c"], t: Float[Array, ""], T: Float[Array, ""]
+        self, x: Float[Array, "L c"], t: Float[ArrayLike, ""], T: Any
     ) -> tuple[Float[Array, "L c"], Float[Array, ""]]:
         """``z = (x - mu(x_<n)) exp(-log sigma(x_<n))`` in the block's order; log-det."""
         xp = x[::-1] if self.flip else x
@@ -282,7 +284,7 @@ class TarFlowBlock(eqx.Module):
         return (z[::-1] if self.flip else z), -jnp.sum(log_scale)
 
     def inverse(
-        self, z: Float[Array, "L c"], t: Float[Array, ""], T: Float[Array, ""]
+        self, z: Float[Array, "L c"], t: Float[ArrayLike, ""], T: Any
     ) -> Float[Array, "L c"]:
         """Sequential inverse: ``L`` conditioner passes (pass ``k`` fixes token ``k``)."""
         zp = z[::-1] if self.flip else z
