@@ -234,8 +234,9 @@ def make_ntm(kind, seq_len, channels, transporter_cfg, predictor_cfg, num_classe
 
 
 def train_ntm(model, batches, cfg, steps, t_min, num_steps, key, mode="end_to_end", dropout=0.0):
-    loss = ft.partial(ntm_loss, steps=tuple(steps), mode=mode, t_min_range=tuple(t_min),
-                      cond_dropout=dropout)  # fmt: skip
+    loss = ft.partial(
+        ntm_loss, steps=tuple(steps), mode=mode, t_min_range=tuple(t_min), cond_dropout=dropout
+    )
     opt = adamw_cosine(cfg["lr"], num_steps, warmup_steps=min(100, num_steps // 10))
     res = fit(loss, model, batches, opt, num_steps=num_steps, key=key, progress=False)
     return res.model, res.losses
@@ -323,8 +324,16 @@ def maf_peer(key, maf_cfg, train_flat, test_flat_t0, train_cond, test_cond, samp
     )
     data = (train_flat,) if train_cond is None else (train_flat, train_cond)
     start = time.perf_counter()
-    flow, _ = fit_to_data(k_fit, flow, data, learning_rate=1e-3, max_epochs=epochs,
-                          batch_size=128, max_patience=epochs, show_progress=False)  # fmt: skip
+    flow, _ = fit_to_data(
+        k_fit,
+        flow,
+        data,
+        learning_rate=1e-3,
+        max_epochs=epochs,
+        batch_size=128,
+        max_patience=epochs,
+        show_progress=False,
+    )
     train_s = time.perf_counter() - start
     loglik = (
         flow.log_prob(test_flat_t0, test_cond)
@@ -417,8 +426,9 @@ def run_toy(name, config, key, rec):
     for kind in ("ntm", "ablation"):
         model = make_ntm(kind, 2, 1, config["toy_transporter"], config["toy_predictor"], 0, k[4])
         start = time.perf_counter()
-        models[kind], losses = train_ntm(model, base, config, config["toy_T"],
-                                         config["toy_t_min"], config["toy_steps"], k[5])  # fmt: skip
+        models[kind], losses = train_ntm(
+            model, base, config, config["toy_T"], config["toy_t_min"], config["toy_steps"], k[5]
+        )
         out[kind]["train_s"] = time.perf_counter() - start
         out[kind]["final_loss"] = float(np.mean(losses[-50:]))
         for T in config["toy_T"]:
@@ -431,12 +441,13 @@ def run_toy(name, config, key, rec):
                 "nfe": T,
                 "s_per_sample": timed_per_sample(
                     rec, ntm_samples, n_eval, models[kind], ts, None, k[7], n_eval
-                ),  # fmt: skip
+                ),
             }
             out[kind][f"T{T}"]["samples"] = np.asarray(samples[:1000])
 
-    fm = MLPVelocityField(2, config["toy_predictor"]["width"], config["toy_predictor"]["depth"],
-                          key=k[4])  # fmt: skip
+    fm = MLPVelocityField(
+        2, config["toy_predictor"]["width"], config["toy_predictor"]["depth"], key=k[4]
+    )
 
     def fm_batches(key):
         k1, k2 = jr.split(key)
@@ -445,8 +456,9 @@ def run_toy(name, config, key, rec):
 
     start = time.perf_counter()
     opt = adamw_cosine(config["lr"], config["toy_steps"], warmup_steps=100)
-    fm = fit(fm_loss, fm, fm_batches, opt, num_steps=config["toy_steps"], key=k[5],
-             progress=False).model  # fmt: skip
+    fm = fit(
+        fm_loss, fm, fm_batches, opt, num_steps=config["toy_steps"], key=k[5], progress=False
+    ).model
     out["fm"]["train_s"] = time.perf_counter() - start
     noise = jr.normal(k[8], (n_eval, 2))
     for steps in config["fm_steps"]:
@@ -461,8 +473,16 @@ def run_toy(name, config, key, rec):
     maf, maf_samples = maf_peer(k[9], config["maf"], train, test_t0, None, None, None, n_eval)
     if maf_samples is not None:
         maf["ed"] = float(energy_distance(maf_samples, test))
-    cfm, cfm_samples = torchcfm_peer(config["toy_predictor"], train, None, None, n_eval,
-                                     config["toy_steps"], config["toy_batch"], 50)  # fmt: skip
+    cfm, cfm_samples = torchcfm_peer(
+        config["toy_predictor"],
+        train,
+        None,
+        None,
+        n_eval,
+        config["toy_steps"],
+        config["toy_batch"],
+        50,
+    )
     if cfm_samples is not None:
         cfm["ed"] = float(energy_distance(cfm_samples, test))
     return out, maf, cfm, np.asarray(test[:1000])
@@ -513,14 +533,22 @@ def run_digits(config, key, rec):
         p, y = pix_batches(k1)
         return dequantise(k2, p).reshape(-1, 64), y
 
-    cnn = fit(cnn_loss, cnn, cnn_batches, adamw_cosine(3e-3, config["cnn_steps"]),
-              num_steps=config["cnn_steps"], key=k[5], progress=False).model  # fmt: skip
+    cnn = fit(
+        cnn_loss,
+        cnn,
+        cnn_batches,
+        adamw_cosine(3e-3, config["cnn_steps"]),
+        num_steps=config["cnn_steps"],
+        key=k[5],
+        progress=False,
+    ).model
     test_images = unpatchify(x_te).reshape(-1, 64)
     acc_pred, test_feats = classify(cnn, test_images)
     out["cnn_test_accuracy"] = float(jnp.mean(acc_pred == y_te))
 
-    gauss_ll, gauss_samples = gaussian_fit_baselines(k[6], flat_tr, te_t0.reshape(-1, 64), t0,
-                                                     n_eval)  # fmt: skip
+    gauss_ll, gauss_samples = gaussian_fit_baselines(
+        k[6], flat_tr, te_t0.reshape(-1, 64), t0, n_eval
+    )
     out["gaussian_fit"] = {"loglik_per_dim": gauss_ll}
     gauss_images = unpatchify(gauss_samples.reshape(-1, 16, 4)).reshape(-1, 64)
     out["gaussian_fit"].update(digits_scores(cnn, gauss_images, labels, test_feats))
@@ -532,19 +560,29 @@ def run_digits(config, key, rec):
         variants.append(("ntm_pairwise", "pairwise"))
     for label, mode in variants:
         kind = "ablation" if label == "ablation" else "ntm"
-        model = make_ntm(kind, 16, 4, config["digits_transporter"], config["digits_predictor"],
-                         NUM_CLASSES, k[7])  # fmt: skip
+        model = make_ntm(
+            kind, 16, 4, config["digits_transporter"], config["digits_predictor"], NUM_CLASSES, k[7]
+        )
         start = time.perf_counter()
         models[label], losses = train_ntm(
-            model, batches, config, config["digits_T"], config["digits_t_min"],
-            config["digits_steps"], k[8], mode=mode, dropout=config["cond_dropout"],
-        )  # fmt: skip
+            model,
+            batches,
+            config,
+            config["digits_T"],
+            config["digits_t_min"],
+            config["digits_steps"],
+            k[8],
+            mode=mode,
+            dropout=config["cond_dropout"],
+        )
         out.setdefault(label, {})["train_s"] = time.perf_counter() - start
         out[label]["final_loss"] = float(np.mean(losses[-50:]))
         for T in config["digits_eval_T"]:
             ts = ntm_schedule(T, 16, t0)
-            entry = {"elbo_per_dim": float(elbo_per_dim(models[label], te_t0, ts, y_te, k[9])),
-                     "nfe": T}  # fmt: skip
+            entry = {
+                "elbo_per_dim": float(elbo_per_dim(models[label], te_t0, ts, y_te, k[9])),
+                "nfe": T,
+            }
             for w in config["cfg_scales"]:
                 samples = ntm_samples(models[label], ts, labels, k[10], n_eval, w)
                 flat = unpatchify(samples).reshape(-1, 64)
@@ -553,8 +591,9 @@ def run_digits(config, key, rec):
                     entry[name + suffix] = value
                 if w == 0:
                     images[f"{label}-{T}"] = np.asarray(flat[:40])
-            entry["s_per_sample"] = timed_per_sample(rec, ntm_samples, n_eval, models[label], ts,
-                                                     labels, k[10], n_eval)  # fmt: skip
+            entry["s_per_sample"] = timed_per_sample(
+                rec, ntm_samples, n_eval, models[label], ts, labels, k[10], n_eval
+            )
             out[label][f"T{T}"] = entry
 
     # Flow matching at equal MLP size, class via args (one-hot).
@@ -571,8 +610,9 @@ def run_digits(config, key, rec):
 
     start = time.perf_counter()
     opt = adamw_cosine(config["lr"], config["digits_steps"], warmup_steps=100)
-    fm = fit(fm_loss, fm, fm_batches, opt, num_steps=config["digits_steps"], key=k[8],
-             progress=False).model  # fmt: skip
+    fm = fit(
+        fm_loss, fm, fm_batches, opt, num_steps=config["digits_steps"], key=k[8], progress=False
+    ).model
     out["fm"]["train_s"] = time.perf_counter() - start
     noise = jr.normal(k[11], (n_eval, 64))
     cond = jax.nn.one_hot(labels, NUM_CLASSES)
@@ -591,12 +631,25 @@ def run_digits(config, key, rec):
         pred = PosteriorResidualPredictor(fm, key=k[12], seq_len=16, num_classes=NUM_CLASSES)
         transporter = TarFlowTransporter(16, 4, key=k[12], **config["digits_transporter"])
         model = NTM(transporter, pred)
-        fine = ft.partial(finetune_loss_step, frozen=fm, lam=lam,
-                          total=config["finetune_steps"], num_steps=config["digits_T"][0],
-                          t_min=tuple(config["digits_t_min"]))  # fmt: skip
+        fine = ft.partial(
+            finetune_loss_step,
+            frozen=fm,
+            lam=lam,
+            total=config["finetune_steps"],
+            num_steps=config["digits_T"][0],
+            t_min=tuple(config["digits_t_min"]),
+        )
         opt = adamw_cosine(config["lr"] / 2, config["finetune_steps"])
-        model = fit(fine, model, batches, opt, num_steps=config["finetune_steps"], key=k[13],
-                    pass_step=True, progress=False).model  # fmt: skip
+        model = fit(
+            fine,
+            model,
+            batches,
+            opt,
+            num_steps=config["finetune_steps"],
+            key=k[13],
+            pass_step=True,
+            progress=False,
+        ).model
         ts = ntm_schedule(config["digits_T"][0], 16, t0)
         flat = unpatchify(ntm_samples(model, ts, labels, k[10], n_eval)).reshape(-1, 64)
         out[f"finetune_lambda{lam:g}"] = {
@@ -607,16 +660,20 @@ def run_digits(config, key, rec):
     # Distilled one-pass denoiser (eq. 3.9) on the NTM's score-denoised targets.
     ntm, T = models["ntm"], config["digits_T"][0]
     ts = ntm_schedule(T, 16, t0)
-    targets = eqx.filter_jit(
-        jax.vmap(lambda kk, x, y: denoiser_targets(kk, ntm, x, ts, y))
-    )  # fmt: skip
+    targets = eqx.filter_jit(jax.vmap(lambda kk, x, y: denoiser_targets(kk, ntm, x, ts, y)))
     u_tr, tgt_tr = targets(jr.split(k[14], x_tr.shape[0]), x_tr, y_tr)
     u_te, tgt_te = targets(jr.split(k[15], x_te.shape[0]), x_te, y_te)
     t0_tr = jnp.full((x_tr.shape[0],), t0)
     den = Denoiser(16, 4, width=config["denoiser_width"], num_classes=NUM_CLASSES, key=k[12])
-    den = fit(denoiser_loss, den, minibatches((u_tr, t0_tr, tgt_tr, y_tr), 128),
-              adamw_cosine(1e-3, config["denoiser_steps"]), num_steps=config["denoiser_steps"],
-              key=k[13], progress=False).model  # fmt: skip
+    den = fit(
+        denoiser_loss,
+        den,
+        minibatches((u_tr, t0_tr, tgt_tr, y_tr), 128),
+        adamw_cosine(1e-3, config["denoiser_steps"]),
+        num_steps=config["denoiser_steps"],
+        key=k[13],
+        progress=False,
+    ).model
     t0_te = jnp.full((x_te.shape[0],), t0)
     mse = float(denoiser_loss(den, (u_te, t0_te, tgt_te, y_te), k[13]))
     mse_identity = float(jnp.mean((u_te - tgt_te) ** 2))
@@ -638,16 +695,32 @@ def run_digits(config, key, rec):
     images["ntm+denoiser"] = np.asarray(den_flat[:40])
 
     # Peers: flowjax MAF (class one-hot condition) and torchcfm (one-hot concatenated).
-    maf, maf_flat = maf_peer(k[4], config["maf_digits"], flat_tr, te_t0.reshape(-1, 64), onehot_tr,
-                             onehot_te, cond, n_eval)  # fmt: skip
+    maf, maf_flat = maf_peer(
+        k[4],
+        config["maf_digits"],
+        flat_tr,
+        te_t0.reshape(-1, 64),
+        onehot_tr,
+        onehot_te,
+        cond,
+        n_eval,
+    )
     if maf_flat is not None:
         maf_images = unpatchify(maf_flat.reshape(-1, 16, 4)).reshape(-1, 64)
         maf.update(digits_scores(cnn, maf_images, labels, test_feats))
         images["maf"] = np.asarray(maf_images[:40])
     image_tr = unpatchify(x_tr).reshape(-1, 64)
     net_cfg = {"width": width, "depth": depth}
-    cfm, cfm_flat = torchcfm_peer(net_cfg, image_tr, onehot_tr, cond, n_eval,
-                                  config["digits_steps"], config["digits_batch"], 50)  # fmt: skip
+    cfm, cfm_flat = torchcfm_peer(
+        net_cfg,
+        image_tr,
+        onehot_tr,
+        cond,
+        n_eval,
+        config["digits_steps"],
+        config["digits_batch"],
+        50,
+    )
     if cfm_flat is not None:
         cfm.update(digits_scores(cnn, cfm_flat, labels, test_feats))
     return out, maf, cfm, images
@@ -686,7 +759,7 @@ def run(config, key, rec):
                     {k: v for k, v in val.items() if k != "samples"}
                     if isinstance(val, dict)
                     else val
-                )  # fmt: skip
+                )
                 for key, val in out[kind].items()
             }
             for kind in ("ntm", "ablation", "fm")
@@ -695,48 +768,172 @@ def run(config, key, rec):
         rec.metric(name, metrics)
         ntm, abl, fm = out["ntm"], out["ablation"], out["fm"]
         gauss = out["gaussian_fit"]
-        rec.claim(f"{name}_ntm4_trained", "NTM-4 test ELBO (nats/dim) ahead of a fitted Gaussian's log-lik", ntm["T4"]["elbo_per_dim"] - gauss["loglik_per_dim"], ">", 0.0)  # fmt: skip
-        rec.claim(f"{name}_ablation4_trained", "ablation-4 test ELBO (nats/dim) ahead of a fitted Gaussian's log-lik", abl["T4"]["elbo_per_dim"] - gauss["loglik_per_dim"], ">", 0.0)  # fmt: skip
-        rec.claim(f"{name}_fm_learned", "FM Euler-50 energy distance / fitted Gaussian's", fm["euler50"]["ed"] / gauss["ed"], "<", 0.5)  # fmt: skip
+        rec.claim(
+            f"{name}_ntm4_trained",
+            "NTM-4 test ELBO (nats/dim) ahead of a fitted Gaussian's log-lik",
+            ntm["T4"]["elbo_per_dim"] - gauss["loglik_per_dim"],
+            ">",
+            0.0,
+        )
+        rec.claim(
+            f"{name}_ablation4_trained",
+            "ablation-4 test ELBO (nats/dim) ahead of a fitted Gaussian's log-lik",
+            abl["T4"]["elbo_per_dim"] - gauss["loglik_per_dim"],
+            ">",
+            0.0,
+        )
+        rec.claim(
+            f"{name}_fm_learned",
+            "FM Euler-50 energy distance / fitted Gaussian's",
+            fm["euler50"]["ed"] / gauss["ed"],
+            "<",
+            0.5,
+        )
         if isinstance(maf, dict):
-            rec.claim(f"{name}_maf_trained", "MAF log-lik of x_t0 (nats/dim) ahead of a fitted Gaussian", maf["loglik_per_dim"] - gauss["loglik_per_dim"], ">", 0.0)  # fmt: skip
+            rec.claim(
+                f"{name}_maf_trained",
+                "MAF log-lik of x_t0 (nats/dim) ahead of a fitted Gaussian",
+                maf["loglik_per_dim"] - gauss["loglik_per_dim"],
+                ">",
+                0.0,
+            )
         if isinstance(cfm, dict):
-            rec.claim(f"{name}_torchcfm_learned", "torchcfm Euler-50 energy distance / fitted Gaussian's", cfm["ed"] / gauss["ed"], "<", 0.5)  # fmt: skip
-        rec.claim(f"{name}_elbo_ntm4_minus_ablation4", "ELBO(NTM-4) - ELBO(ablation-4), nats/dim", ntm["T4"]["elbo_per_dim"] - abl["T4"]["elbo_per_dim"], ">=", 0.1)  # fmt: skip
-        rec.claim(f"{name}_ed_ntm4_over_ablation4", "ED(NTM-4) / ED(ablation-4)", ntm["T4"]["ed"] / abl["T4"]["ed"], "<=", 0.5)  # fmt: skip
-        rec.claim(f"{name}_ed_ntm4_over_fm50", "ED(NTM-4) / ED(FM Euler-50)", ntm["T4"]["ed"] / fm["euler50"]["ed"], "<=", 1.5)  # fmt: skip
+            rec.claim(
+                f"{name}_torchcfm_learned",
+                "torchcfm Euler-50 energy distance / fitted Gaussian's",
+                cfm["ed"] / gauss["ed"],
+                "<",
+                0.5,
+            )
+        rec.claim(
+            f"{name}_elbo_ntm4_minus_ablation4",
+            "ELBO(NTM-4) - ELBO(ablation-4), nats/dim",
+            ntm["T4"]["elbo_per_dim"] - abl["T4"]["elbo_per_dim"],
+            ">=",
+            0.1,
+        )
+        rec.claim(
+            f"{name}_ed_ntm4_over_ablation4",
+            "ED(NTM-4) / ED(ablation-4)",
+            ntm["T4"]["ed"] / abl["T4"]["ed"],
+            "<=",
+            0.5,
+        )
+        rec.claim(
+            f"{name}_ed_ntm4_over_fm50",
+            "ED(NTM-4) / ED(FM Euler-50)",
+            ntm["T4"]["ed"] / fm["euler50"]["ed"],
+            "<=",
+            1.5,
+        )
         if "T1" in ntm:
-            rec.claim(f"{name}_ed_ntm1_over_ntm4", "ED(NTM-1) / ED(NTM-4) (T = 1 fails)", ntm["T1"]["ed"] / ntm["T4"]["ed"], ">=", 1.5)  # fmt: skip
+            rec.claim(
+                f"{name}_ed_ntm1_over_ntm4",
+                "ED(NTM-1) / ED(NTM-4) (T = 1 fails)",
+                ntm["T1"]["ed"] / ntm["T4"]["ed"],
+                ">=",
+                1.5,
+            )
 
     out, maf, cfm, images = run_digits(config, k_digits, rec)
     rec.peer("flowjax_maf_digits", maf)
     rec.peer("torchcfm_digits", cfm)
     rec.metric("digits", out)
     T = config["digits_T"][0]
-    ntm, abl, gauss, den = out["ntm"][f"T{T}"], out["ablation"][f"T{T}"], out["gaussian_fit"], out["denoiser"]  # fmt: skip
-    rec.claim("digits_cnn_trained", "CNN test accuracy on the held-out split", out["cnn_test_accuracy"], ">=", 0.9)  # fmt: skip
-    rec.claim(f"digits_ntm{T}_trained", f"NTM-{T} test ELBO ahead of a fitted Gaussian (nats/dim)", ntm["elbo_per_dim"] - gauss["loglik_per_dim"], ">", 0.0)  # fmt: skip
-    rec.claim(f"digits_ablation{T}_trained", f"ablation-{T} test ELBO ahead of a fitted Gaussian (nats/dim)", abl["elbo_per_dim"] - gauss["loglik_per_dim"], ">", 0.0)  # fmt: skip
-    rec.claim("digits_fm_learned", "FM Euler-50 digits-FD / fitted Gaussian's", out["fm"]["euler50"]["fd"] / gauss["fd"], "<", 0.5)  # fmt: skip
-    rec.claim("digits_denoiser_trained", "denoiser MSE / identity's MSE (to score-denoised targets)", den["mse_to_score_denoised"] / den["mse_identity"], "<", 0.5)  # fmt: skip
+    ntm, abl, gauss, den = (
+        out["ntm"][f"T{T}"],
+        out["ablation"][f"T{T}"],
+        out["gaussian_fit"],
+        out["denoiser"],
+    )
+    cnn_accuracy = out["cnn_test_accuracy"]
+    rec.claim("digits_cnn_trained", "CNN accuracy on the held-out split", cnn_accuracy, ">=", 0.9)
+    rec.claim(
+        f"digits_ntm{T}_trained",
+        f"NTM-{T} test ELBO ahead of a fitted Gaussian (nats/dim)",
+        ntm["elbo_per_dim"] - gauss["loglik_per_dim"],
+        ">",
+        0.0,
+    )
+    rec.claim(
+        f"digits_ablation{T}_trained",
+        f"ablation-{T} test ELBO ahead of a fitted Gaussian (nats/dim)",
+        abl["elbo_per_dim"] - gauss["loglik_per_dim"],
+        ">",
+        0.0,
+    )
+    rec.claim(
+        "digits_fm_learned",
+        "FM Euler-50 digits-FD / fitted Gaussian's",
+        out["fm"]["euler50"]["fd"] / gauss["fd"],
+        "<",
+        0.5,
+    )
+    rec.claim(
+        "digits_denoiser_trained",
+        "denoiser MSE / identity's MSE (to score-denoised targets)",
+        den["mse_to_score_denoised"] / den["mse_identity"],
+        "<",
+        0.5,
+    )
     if isinstance(maf, dict):
-        rec.claim("digits_maf_trained", "MAF log-lik of x_t0 ahead of a fitted Gaussian (nats/dim)", maf["loglik_per_dim"] - gauss["loglik_per_dim"], ">", 0.0)  # fmt: skip
+        rec.claim(
+            "digits_maf_trained",
+            "MAF log-lik of x_t0 ahead of a fitted Gaussian (nats/dim)",
+            maf["loglik_per_dim"] - gauss["loglik_per_dim"],
+            ">",
+            0.0,
+        )
     if isinstance(cfm, dict):
-        rec.claim("digits_torchcfm_learned", "torchcfm Euler-50 digits-FD / fitted Gaussian's", cfm["fd"] / gauss["fd"], "<", 0.5)  # fmt: skip
-    rec.claim(f"digits_elbo_ntm{T}_minus_ablation{T}", f"ELBO(NTM-{T}) - ELBO(ablation-{T}), nats/dim", ntm["elbo_per_dim"] - abl["elbo_per_dim"], ">=", 0.1)  # fmt: skip
-    rec.claim(f"digits_fd_ntm{T}_over_ablation{T}", f"digits-FD(NTM-{T}) / digits-FD(ablation-{T})", ntm["fd"] / abl["fd"], "<", 1.0)  # fmt: skip
-    rec.claim("digits_denoiser_mse_over_variance", "distilled denoiser MSE to score-denoised / data variance", den["mse_to_score_denoised"] / den["data_variance"], "<", 0.1)  # fmt: skip
+        rec.claim(
+            "digits_torchcfm_learned",
+            "torchcfm Euler-50 digits-FD / fitted Gaussian's",
+            cfm["fd"] / gauss["fd"],
+            "<",
+            0.5,
+        )
+    rec.claim(
+        f"digits_elbo_ntm{T}_minus_ablation{T}",
+        f"ELBO(NTM-{T}) - ELBO(ablation-{T}), nats/dim",
+        ntm["elbo_per_dim"] - abl["elbo_per_dim"],
+        ">=",
+        0.1,
+    )
+    rec.claim(
+        f"digits_fd_ntm{T}_over_ablation{T}",
+        f"digits-FD(NTM-{T}) / digits-FD(ablation-{T})",
+        ntm["fd"] / abl["fd"],
+        "<",
+        1.0,
+    )
+    rec.claim(
+        "digits_denoiser_mse_over_variance",
+        "distilled denoiser MSE to score-denoised / data variance",
+        den["mse_to_score_denoised"] / den["data_variance"],
+        "<",
+        0.1,
+    )
 
     plot(rec, config, toy_results, images)
 
 
 def plot(rec, config, toy_results, images):
     names = list(toy_results)
-    panels = [("data", None), ("NTM-1", ("ntm", "T1")), ("NTM-4", ("ntm", "T4")),
-              ("ablation-4", ("ablation", "T4")), ("FM Euler-4", ("fm", "euler4")),
-              ("FM Euler-50", ("fm", "euler50"))]  # fmt: skip
-    with rec.figure("samples_2d", nrows=len(names), ncols=len(panels),
-                    figsize=(2.4 * len(panels), 2.4 * len(names)), squeeze=False) as (fig, axes):  # fmt: skip
+    panels = [
+        ("data", None),
+        ("NTM-1", ("ntm", "T1")),
+        ("NTM-4", ("ntm", "T4")),
+        ("ablation-4", ("ablation", "T4")),
+        ("FM Euler-4", ("fm", "euler4")),
+        ("FM Euler-50", ("fm", "euler50")),
+    ]
+    with rec.figure(
+        "samples_2d",
+        nrows=len(names),
+        ncols=len(panels),
+        figsize=(2.4 * len(panels), 2.4 * len(names)),
+        squeeze=False,
+    ) as (fig, axes):
         for i, name in enumerate(names):
             out, test = toy_results[name]
             for j, (title, where) in enumerate(panels):
@@ -750,8 +947,9 @@ def plot(rec, config, toy_results, images):
                 ax.set_ylim(-3, 3)
                 ax.set_xlabel("x1", fontsize=6)
                 ax.set_ylabel("x2", fontsize=6)
-    with rec.figure("ed_vs_steps", ncols=len(names), figsize=(4 * len(names), 3.2),
-                    squeeze=False) as (fig, axes):  # fmt: skip
+    with rec.figure(
+        "ed_vs_steps", ncols=len(names), figsize=(4 * len(names), 3.2), squeeze=False
+    ) as (fig, axes):
         for i, name in enumerate(names):
             out, _ = toy_results[name]
             ax = axes[0, i]
@@ -759,8 +957,9 @@ def plot(rec, config, toy_results, images):
             for kind, label in (("ntm", "NTM"), ("ablation", "ablation (f_T = id)")):
                 ax.plot(steps, [out[kind][f"T{T}"]["ed"] for T in steps], "o-", label=label)
             fm_steps = config["fm_steps"]
-            ax.plot(fm_steps, [out["fm"][f"euler{s}"]["ed"] for s in fm_steps], "s--",
-                    label="FM Euler")  # fmt: skip
+            ax.plot(
+                fm_steps, [out["fm"][f"euler{s}"]["ed"] for s in fm_steps], "s--", label="FM Euler"
+            )
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             ax.set_xlabel("sampling steps (NFE)")
@@ -768,8 +967,9 @@ def plot(rec, config, toy_results, images):
             ax.set_title(name)
             ax.legend(fontsize=7)
     keys = list(images)
-    with rec.figure("digits_samples", nrows=1, ncols=len(keys),
-                    figsize=(2.6 * len(keys), 3.0), squeeze=False) as (fig, axes):  # fmt: skip
+    with rec.figure(
+        "digits_samples", nrows=1, ncols=len(keys), figsize=(2.6 * len(keys), 3.0), squeeze=False
+    ) as (fig, axes):
         for j, label in enumerate(keys):
             imgs = images[label][:20].reshape(4, 5, 8, 8).transpose(0, 2, 1, 3).reshape(32, 40)
             axes[0, j].imshow(imgs, cmap="gray_r", vmin=-1, vmax=1)

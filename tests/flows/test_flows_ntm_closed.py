@@ -20,8 +20,12 @@ from jaxgen.flows import (
 
 # Spec 2.1: shifted 4-step schedule, L_seq = 64, t_min = 0.02, and its posterior coefficients.
 SPEC_TS = [0.02, 0.3473, 0.6148, 0.8272, 1.0]
-SPEC_ABC = [(0.0, 0.1728, 0.8272), (0.2477, 0.3424, 0.5796), (0.1883, 0.5802, 0.3274),
-            (0.0022, 0.9786, 0.0200)]  # fmt: skip
+SPEC_ABC = [
+    (0.0, 0.1728, 0.8272),
+    (0.2477, 0.3424, 0.5796),
+    (0.1883, 0.5802, 0.3274),
+    (0.0022, 0.9786, 0.0200),
+]
 
 
 def bayes_posterior_numpy(t, s):
@@ -58,8 +62,9 @@ def test_posterior_against_bayes_and_limits():
     coeffs = jax.jit(jax.vmap(reverse_posterior_coeffs))
     s = rng.uniform(0.01, 0.9, 64)
     t = s + (1 - s) * rng.uniform(0.05, 0.95, 64)
-    np.testing.assert_allclose(np.stack(coeffs(t, s)), np.stack(bayes_posterior_numpy(t, s)),
-                               rtol=1e-12)  # fmt: skip
+    np.testing.assert_allclose(
+        np.stack(coeffs(t, s)), np.stack(bayes_posterior_numpy(t, s)), rtol=1e-12
+    )
     a, b, c = reverse_posterior_coeffs(1.0, 0.3)  # t = 1: the noise level forgets x_t
     np.testing.assert_allclose([a, b, c], [0.0, 0.7, 0.3], atol=1e-15)
     a, b, c = reverse_posterior_coeffs(0.5, 0.5 - 1e-9)  # s -> t

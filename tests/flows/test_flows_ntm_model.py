@@ -324,8 +324,15 @@ def test_learned_sigma_recovers_posterior_variance(getkey):
         return GAUSS_MEAN + np.sqrt(GAUSS_VAR) * jr.normal(key, (1024, 1, 1))
 
     loss = ft.partial(_sigma_loss, base=base)
-    res = fit(loss, base.predictor.sigma_net, batches, adamw_cosine(1e-2, 600, weight_decay=0.0),
-              num_steps=600, key=getkey(), progress=False)  # fmt: skip
+    res = fit(
+        loss,
+        base.predictor.sigma_net,
+        batches,
+        adamw_cosine(1e-2, 600, weight_decay=0.0),
+        num_steps=600,
+        key=getkey(),
+        progress=False,
+    )
     pred = eqx.tree_at(lambda p: p.sigma_net, base.predictor, res.model)
     exact = ExactGaussianPredictor(GAUSS_MEAN, GAUSS_VAR, 1, 1)
     ts = ntm_schedule(2, 1, 0.05)
@@ -387,20 +394,49 @@ def test_training_traces_once_resumes_and_learns(getkey, tmp_path):
 
     key = getkey()
     kwargs.update(key=key, checkpoint_every=2)
-    full = fit(loss, model, _toy_batches, TOY_OPT, num_steps=4,
-               checkpoint_dir=str(tmp_path / "a"), **kwargs)  # fmt: skip
-    fit(loss, model, _toy_batches, TOY_OPT, num_steps=2,
-        checkpoint_dir=str(tmp_path / "b"), **kwargs)  # fmt: skip
-    resumed = fit(loss, model, _toy_batches, TOY_OPT, num_steps=4,
-                  checkpoint_dir=str(tmp_path / "b"), **kwargs)  # fmt: skip
+    full = fit(
+        loss,
+        model,
+        _toy_batches,
+        TOY_OPT,
+        num_steps=4,
+        checkpoint_dir=str(tmp_path / "a"),
+        **kwargs,
+    )
+    fit(
+        loss,
+        model,
+        _toy_batches,
+        TOY_OPT,
+        num_steps=2,
+        checkpoint_dir=str(tmp_path / "b"),
+        **kwargs,
+    )
+    resumed = fit(
+        loss,
+        model,
+        _toy_batches,
+        TOY_OPT,
+        num_steps=4,
+        checkpoint_dir=str(tmp_path / "b"),
+        **kwargs,
+    )
     assert resumed.resumed_from == 2
     leaves_full = jax.tree.leaves(eqx.filter(full.model, eqx.is_inexact_array))
     leaves_resumed = jax.tree.leaves(eqx.filter(resumed.model, eqx.is_inexact_array))
     for a, b in zip(leaves_full, leaves_resumed, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
 
-    res = fit(loss, model, _toy_batches, TOY_OPT, num_steps=150, key=getkey(),
-              progress=False, steps_per_call=25)  # fmt: skip
+    res = fit(
+        loss,
+        model,
+        _toy_batches,
+        TOY_OPT,
+        num_steps=150,
+        key=getkey(),
+        progress=False,
+        steps_per_call=25,
+    )
     assert np.all(np.isfinite(res.losses))
     assert res.losses[-20:].mean() < res.losses[:20].mean() - 1.0
 
@@ -449,8 +485,15 @@ def test_training_beats_gaussian_ablation(getkey):
         ("ablation", IdentityTransporter()),
     ):
         model = NTM(transporter, MLPPredictor(2, 1, width=128, depth=3, key=kp))
-        res = fit(loss, model, batches, adamw_cosine(1e-3, 2000), num_steps=2000, key=getkey(),
-                  progress=False)  # fmt: skip
+        res = fit(
+            loss,
+            model,
+            batches,
+            adamw_cosine(1e-3, 2000),
+            num_steps=2000,
+            key=getkey(),
+            progress=False,
+        )
         elbo = jax.jit(jax.vmap(lambda k, x, m=res.model: ntm_elbo(k, m, x, ts)))(
             jr.split(getkey(), 2000), x_t0
         )
