@@ -233,11 +233,16 @@ def make_ntm(kind, seq_len, channels, transporter_cfg, predictor_cfg, num_classe
     return NTM(transporter, cls(seq_len, channels, num_classes=num_classes, key=kp, **cfg))
 
 
+def warmup(num_steps):
+    """Linear warm-up length: 100 steps, or a tenth of a short run."""
+    return min(100, num_steps // 10)
+
+
 def train_ntm(model, batches, cfg, steps, t_min, num_steps, key, mode="end_to_end", dropout=0.0):
     loss = ft.partial(
         ntm_loss, steps=tuple(steps), mode=mode, t_min_range=tuple(t_min), cond_dropout=dropout
     )
-    opt = adamw_cosine(cfg["lr"], num_steps, warmup_steps=min(100, num_steps // 10))
+    opt = adamw_cosine(cfg["lr"], num_steps, warmup_steps=warmup(num_steps))
     res = fit(loss, model, batches, opt, num_steps=num_steps, key=key, progress=False)
     return res.model, res.losses
 
@@ -455,7 +460,7 @@ def run_toy(name, config, key, rec):
         return jr.normal(k2, x1.shape), x1
 
     start = time.perf_counter()
-    opt = adamw_cosine(config["lr"], config["toy_steps"], warmup_steps=100)
+    opt = adamw_cosine(config["lr"], config["toy_steps"], warmup_steps=warmup(config["toy_steps"]))
     fm = fit(
         fm_loss, fm, fm_batches, opt, num_steps=config["toy_steps"], key=k[5], progress=False
     ).model
@@ -609,7 +614,9 @@ def run_digits(config, key, rec):
         return jr.normal(k2, x1.shape), x1, jax.nn.one_hot(y, NUM_CLASSES)
 
     start = time.perf_counter()
-    opt = adamw_cosine(config["lr"], config["digits_steps"], warmup_steps=100)
+    opt = adamw_cosine(
+        config["lr"], config["digits_steps"], warmup_steps=warmup(config["digits_steps"])
+    )
     fm = fit(
         fm_loss, fm, fm_batches, opt, num_steps=config["digits_steps"], key=k[8], progress=False
     ).model
@@ -735,7 +742,8 @@ def finetune_loss_step(model, batch, key, *, frozen, lam, total, num_steps, t_mi
         return nll
     ts = ntm_schedule(num_steps, x0.shape[1], t_min[0])
     xs = jax.vmap(forward_trajectory, in_axes=(0, 0, None))(jr.split(k2, x0.shape[0]), x0, ts)
-    frozen = jax.lax.stop_gradient(frozen)
+    params, static = eqx.partition(frozen, eqx.is_array)
+    frozen = eqx.combine(jax.lax.stop_gradient(params), static)
     align = jnp.mean(jax.vmap(lambda x, c: mean_alignment_loss(model, frozen, x, ts, c))(xs, y))
     decay = 0.5 * (1 + jnp.cos(jnp.pi * jnp.minimum(step / max(total, 1), 1.0)))
     return nll + lam * decay * align / (x0.shape[1] * x0.shape[2])
@@ -839,7 +847,7 @@ def run(config, key, rec):
     rec.peer("flowjax_maf_digits", maf)
     rec.peer("torchcfm_digits", cfm)
     rec.metric("digits", out)
-    T = config["digits_T"][0]
+    T = config["digits_eval_T"][0]
     ntm, abl, gauss, den = (
         out["ntm"][f"T{T}"],
         out["ablation"][f"T{T}"],
