@@ -55,7 +55,7 @@ PAPER = (
 
 CONFIGS = {
     "quick": {
-        "toys": ["8gaussians", "two_moons"],
+        "toys": ["8gaussians"],
         "toy_train": 10000,
         "toy_test": 2000,
         "toy_steps": 600,
@@ -78,8 +78,8 @@ CONFIGS = {
         "finetune_steps": 0,
         "lr": 2e-3,
         "eval_t0": 0.01,
-        "eval_samples": 1500,
-        "digits_eval_samples": 1000,
+        "eval_samples": 1000,
+        "digits_eval_samples": 500,
         "fm_steps": [4, 50],
         "cnn_steps": 1000,
         "denoiser_steps": 600,
@@ -89,7 +89,8 @@ CONFIGS = {
         "faces_steps": 0,
         "cuts": (
             "CPU quick: 600 steps at batch 128 (spec 5a: 3k steps at batch 512 for the toys, "
-            "2k at 128 for digits), 10k toy training points (spec: 50k), MADE transporters "
+            "2k at 128 for digits), 10k toy training points (spec: 50k), 8-Gaussians only "
+            "(two-moons and checkerboard in full), MADE transporters "
             "and MLP predictors; no pairwise/CFG/finetuning sweeps (full mode)."
         ),
     },
