@@ -3,6 +3,7 @@
 from ._iterate import IterateOutput as IterateOutput, iterate as iterate
 from ._linalg import psd_sqrt as psd_sqrt
 from ._mmd import (
+    check_kernel as check_kernel,
     kernel_gram as kernel_gram,
     mmd2_from_grams as mmd2_from_grams,
     mmd2_unbiased as mmd2_unbiased,
