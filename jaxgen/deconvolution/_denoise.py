@@ -13,7 +13,13 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from ._noise import NoiseModel, check_observations, check_scales, noise_covariances
+from ._noise import (
+    NoiseModel,
+    check_observations,
+    check_scales,
+    noise_covariances,
+    small_inv_logdet,
+)
 from ._priors import GaussianMixture
 
 
@@ -43,11 +49,10 @@ def posterior_mean_gmm(
     sig = noise_covariances(check_scales(scales, x.shape, "gaussian").astype(x.dtype))
     s = gmm.covs
     cov = s[None] + sig[:, None]  # (n, K, d, d)
-    chol = jnp.linalg.cholesky(cov)
+    inv, log_det = small_inv_logdet(cov)
     diff = x[:, None, :] - gmm.means[None]
-    sol = jax.scipy.linalg.cho_solve((chol, True), diff[..., None])[..., 0]  # C^{-1}(x - mu)
-    log_det = jnp.sum(jnp.log(jnp.diagonal(chol, axis1=-2, axis2=-1)), -1)
-    log_r = jax.nn.log_softmax(gmm.logits)[None] - 0.5 * jnp.sum(diff * sol, -1) - log_det
+    sol = jnp.einsum("nkij,nkj->nki", inv, diff)  # C^{-1}(x - mu)
+    log_r = jax.nn.log_softmax(gmm.logits)[None] - 0.5 * jnp.sum(diff * sol, -1) - 0.5 * log_det
     resp = jax.nn.softmax(log_r, -1)  # (n, K)
     means = gmm.means[None] + jnp.einsum("kij,nkj->nki", s, sol)
     return jnp.einsum("nk,nki->ni", resp, means)

@@ -25,7 +25,13 @@ import jax.random as jr
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from ..core import check_kernel, kernel_gram, mmd2_from_grams, pairwise_sq_dists
-from ._noise import NoiseModel, check_observations, check_scales, noise_covariances
+from ._noise import (
+    NoiseModel,
+    check_observations,
+    check_scales,
+    noise_covariances,
+    small_inv_logdet,
+)
 from ._priors import GaussianMixture
 
 
@@ -187,10 +193,9 @@ def _gauss_expect(delta: Array, cov: Array, h2: Array) -> Array:
     r"""E exp(-||D||²/(2h²)) for D ~ N(delta, V): det(I + V/h²)^{-1/2} exp(-½ δᵀ(h²I+V)⁻¹δ)."""
     d = delta.shape[-1]
     mat = cov + h2 * jnp.eye(d, dtype=cov.dtype).reshape((1,) * (cov.ndim - 2) + (d, d))
-    chol = jnp.linalg.cholesky(mat)
-    sol = jax.scipy.linalg.solve_triangular(chol, delta[..., None], lower=True)[..., 0]
-    log_det = 2.0 * jnp.sum(jnp.log(jnp.diagonal(chol, axis1=-2, axis2=-1)), -1)
-    return jnp.exp(-0.5 * (log_det - d * jnp.log(h2)) - 0.5 * jnp.sum(sol**2, -1))
+    inv, log_det = small_inv_logdet(mat)
+    quad = jnp.einsum("...i,...ij,...j->...", delta, inv, delta)
+    return jnp.exp(-0.5 * (log_det - d * jnp.log(h2)) - 0.5 * quad)
 
 
 def convmmd_loss_gmm_closed(

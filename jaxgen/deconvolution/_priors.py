@@ -13,7 +13,7 @@ import jax.random as jr
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from ..flows import SplineAutoregressive
-from ._noise import check_observations, check_scales, noise_covariances
+from ._noise import check_observations, check_scales, noise_covariances, small_inv_logdet
 
 
 def _inv_softplus(y: Array) -> Array:
@@ -150,11 +150,10 @@ class GaussianMixture(eqx.Module):
                 f"`noise_covs` must be {(x.shape[0], self.dim, self.dim)}, got {noise_covs.shape}."
             )
         cov = self.covs[None] + noise_covs[:, None]  # (m, K, d, d)
-        chol = jnp.linalg.cholesky(cov)
+        inv, log_det = small_inv_logdet(cov)
         diff = x[:, None, :] - self.means[None]
-        sol = jax.scipy.linalg.solve_triangular(chol, diff[..., None], lower=True)[..., 0]
-        log_det = jnp.sum(jnp.log(jnp.diagonal(chol, axis1=-2, axis2=-1)), -1)
-        log_n = -0.5 * jnp.sum(sol**2, -1) - log_det - 0.5 * self.dim * math.log(2 * math.pi)
+        quad = jnp.einsum("mki,mkij,mkj->mk", diff, inv, diff)
+        log_n = -0.5 * (quad + log_det) - 0.5 * self.dim * math.log(2 * math.pi)
         return jax.nn.logsumexp(log_n + jax.nn.log_softmax(self.logits)[None], axis=-1)
 
 
@@ -193,7 +192,7 @@ def init_gaussian_mixture(
     keys = jr.split(key, k)
     centres = jnp.zeros((k, d), x.dtype).at[0].set(x[jr.randint(keys[0], (), 0, n)])
 
-    def seed(i: int, centres: Array) -> Array:
+    def seed(i: Array, centres: Array) -> Array:
         sq = jnp.sum((x[:, None, :] - centres[None]) ** 2, -1)
         sq = jnp.where(jnp.arange(k)[None, :] < i, sq, jnp.inf)
         dmin = jnp.min(sq, -1)
@@ -202,7 +201,7 @@ def init_gaussian_mixture(
 
     centres = jax.lax.fori_loop(1, k, seed, centres)
 
-    def lloyd(_: int, centres: Array) -> Array:
+    def lloyd(_: Array, centres: Array) -> Array:
         resp = jax.nn.one_hot(jnp.argmin(jnp.sum((x[:, None] - centres[None]) ** 2, -1), -1), k)
         counts = jnp.sum(resp, 0)
         new = resp.T @ x / jnp.clip(counts, 1.0)[:, None]
