@@ -106,7 +106,10 @@ def posterior_mean_snis(
     $\tfrac18 q + \tfrac18\ell_x + \tfrac38 a + \tfrac38 a_{wide}$ (stratified, so the
     mixture density is the proposal), with weights $q(z)\ell_x(z) / r(z)$ in log space: no
     underflow, and the $\ell_x$ component keeps the weights bounded when the prior is much
-    narrower or wider than the noise. Prior draws are shared across observations.
+    narrower or wider than the noise. Prior draws are shared across observations. Weights
+    never underflow to NaN; under strong prior-data conflict (an observation many prior and
+    noise sds from the prior's bulk) the proposal misses the posterior and the estimate, while
+    finite, can be biased with an optimistic ``mcse``.
 
     Args:
         prior: ``sample(key, num)`` and ``log_prob(z)``, used as a black box.
