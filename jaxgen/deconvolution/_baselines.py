@@ -164,8 +164,8 @@ def npmle_posterior_mean(
 
 
 def deconv_kde(
-    x: Float[Array, "n *one"],
-    scales: Float[Array, "n *one"],
+    x: Float[Array, "n ..."],
+    scales: Float[Array, "n ..."],
     z_grid: Float[Array, " G"],
     bandwidth: float | Float[Array, ""],
     *,

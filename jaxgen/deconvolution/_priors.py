@@ -50,7 +50,8 @@ class GaussianMixture(eqx.Module):
         """Build from constrained parameters.
 
         Args:
-            weights: (K,) non-negative, summing to 1 (checked to 1e-6 via `eqx.error_if`).
+            weights: (K,) non-negative, summing to 1 (checked to max(1e-6, 100 eps) via
+                `eqx.error_if`).
             means: (K, dim).
             covs: (K, dim, dim) symmetric positive definite.
             min_scale: floor of the Cholesky diagonal, > 0 (same unit as z).
@@ -67,7 +68,11 @@ class GaussianMixture(eqx.Module):
             raise ValueError(f"`min_scale` must be > 0, got {min_scale}.")
         weights = eqx.error_if(
             weights,
-            jnp.any(weights < 0) | (jnp.abs(jnp.sum(weights) - 1.0) > 1e-6),
+            jnp.any(weights < 0)
+            | (
+                jnp.abs(jnp.sum(weights) - 1.0)
+                > max(1e-6, 100 * float(jnp.finfo(weights.dtype).eps))
+            ),
             "`weights` must be non-negative and sum to 1.",
         )
         sym = 0.5 * (covs + jnp.swapaxes(covs, -1, -2))
