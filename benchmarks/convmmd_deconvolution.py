@@ -15,6 +15,7 @@ the rate sweep n in {1e3, ..., 1e5} x 5 seeds (log ISE vs log n per noise) and a
 import math
 import time
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
@@ -143,8 +144,13 @@ def _fit_flow(x, s, noise, key, cfg):
     return init, res, time.perf_counter() - t0
 
 
+@eqx.filter_jit
+def _log_prob(prior, z):
+    return prior.log_prob(z)
+
+
 def _density(prior):
-    return np.asarray(jnp.exp(jax.jit(prior.log_prob)(jnp.asarray(GRID)[:, None])))
+    return np.asarray(jnp.exp(_log_prob(prior, jnp.asarray(GRID)[:, None])))
 
 
 def _ise(f):
