@@ -42,13 +42,13 @@ PAPER = (
 CONFIGS = {
     "quick": {
         "n": 4000,
-        "gmm": {"K": 8, "batch": 64, "steps": 250, "lr": 2e-2},
+        "gmm": {"K": 8, "batch": 64, "steps": 200, "lr": 2e-2},
         "flow": {"layers": 2, "bins": 8, "width": 32, "batch": 256, "steps": 250, "lr": 1e-2},
         "npmle": {"grid": 400, "max_steps": 300},
         "kde_bandwidths": [0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.3],
         "w1_samples": 20000,
-        "moons": {"n": 2000, "K": 10, "steps": 250, "atoms": 1000},
-        "baseball": {"steps": 250, "K": 8, "npmle_grid": 300, "npmle_steps": 200},
+        "moons": {"n": 2000, "K": 10, "steps": 200, "atoms": 1000},
+        "baseball": {"steps": 150, "K": 8, "npmle_grid": 300, "npmle_steps": 200},
         "npeb_n": 2000,
         "rates": None,
         "latent_dims": [],
@@ -530,21 +530,29 @@ def run(config, key, rec):
     k_lap, k_gau, k_het, k_moon, k_ball, k_rate, k_npeb, k_dim = jr.split(key, 8)
     lap = _deconvolution_1d(rec, k_lap, config, LAPLACE)
     gau = _deconvolution_1d(rec, k_gau, config, GAUSS)
+    # Density claims use the spline-flow sieve (the paper code's sieve; spec check 7 allows
+    # either): the GMM sieve's ISE is reported as metrics, with its own learned claims.
     rec.claim(
         "ise_laplace_vs_naive",
-        "ISE(convMMD-GMM, Laplace noise) / ISE(naive KDE of X)",
-        lap["ise_gmm"] / lap["ise_naive"],
+        "ISE(convMMD-flow, Laplace noise) / ISE(naive KDE of X)",
+        lap["ise_flow"] / lap["ise_naive"],
         "<=",
         0.5,
     )
     for tag, out in (("laplace", lap), ("gaussian", gau)):
         rec.claim(
             f"ise_vs_deconv_kde_{tag}",
-            f"ISE(convMMD-GMM) / ISE(deconv_kde, oracle h), {tag} noise",
-            out["ise_gmm"] / out["ise_kde"],
+            f"ISE(convMMD-flow) / ISE(deconv_kde, oracle h), {tag} noise",
+            out["ise_flow"] / out["ise_kde"],
             "<=",
             1.0,
         )
+    rec.note(
+        "The GMM sieve (k-means init minus the mean noise covariance, eigenvalues floored) keeps "
+        "narrow components in the quick budget: its ISE is reported as metrics "
+        "(laplace/gmm_ise, gaussian/gmm_ise) and its denoising MSE is close to the oracle, but "
+        "its density is spiky; the ISE claims use the flow sieve."
+    )
     mse = _denoising(rec, k_npeb, config, gau)
     _bookkeeping(rec, k_het, config)
     mx, mz, mprior = _multivariate(rec, k_moon, config, 2)
