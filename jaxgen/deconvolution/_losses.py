@@ -121,7 +121,9 @@ def convmmd_loss(
     r"""Sampling convMMD loss: unbiased MMD² between x and b simulated noisy prior draws.
 
     Draw j of the batch is $G_\theta(u_j) + \varepsilon_j$ with $\varepsilon_j$ drawn at
-    ``scales[j]`` (the batch's own scales). Gradients are pathwise through ``prior.sample``.
+    ``scales[j]`` (the batch's own scales). Gradients are pathwise through ``prior.sample``:
+    a `GaussianMixture` samples discrete labels, so its weights get no gradient here (use
+    `convmmd_loss_gmm_marginal` or `convmmd_loss_gmm_closed`).
 
     Args:
         prior: anything with ``sample(key, num) -> (num, dim)`` (`GaussianMixture`, `FlowPrior`).
