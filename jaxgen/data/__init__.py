@@ -48,3 +48,4 @@ from ._text import (
     random_windows as random_windows,
 )
 from ._timeseries import load_irates as load_irates
+from ._toy2d import TOY_2D as TOY_2D, sample_toy_2d as sample_toy_2d
