@@ -44,7 +44,7 @@ def _gmm(d):
     )
 
 
-@pytest.mark.parametrize("d, full", [(1, False), (2, False), (2, True)])
+@pytest.mark.parametrize("d, full", [(1, False), (2, True)])
 def test_check4_tweedie_equals_closed_form(getkey, d, full):
     gmm = _gmm(d)
     x = 2 * jr.normal(getkey(), (6, d))
@@ -69,7 +69,7 @@ def snis_run():
     # far observations included: weights must not underflow to NaN
     x = jnp.array([[-3.0], [-1.0], [0.2], [1.5], [4.0], [40.0]])
     s = jnp.array([[0.5], [1.0], [0.3], [0.05], [2.0], [0.5]])
-    mean, mcse = posterior_mean_snis(gmm, x, s, key=jr.key(7), noise=GAUSS, num_samples=2048)
+    mean, mcse = posterior_mean_snis(gmm, x, s, key=jr.key(7), noise=GAUSS, num_samples=1024)
     return gmm, x, s, mean, mcse
 
 
