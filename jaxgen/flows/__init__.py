@@ -55,6 +55,7 @@ from ._obstruction import (
     mixture_quantiles_1d as mixture_quantiles_1d,
     one_step_obstruction_w1 as one_step_obstruction_w1,
 )
+from ._splines import SplineAutoregressive as SplineAutoregressive, rq_spline as rq_spline
 from ._straightness import (
     euler_pushforward as euler_pushforward,
     material_acceleration as material_acceleration,
