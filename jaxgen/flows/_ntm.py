@@ -47,7 +47,7 @@ from ._ntm_predict import (
     check_class,
     velocity_to_x0,
 )
-from ._ntm_transport import AbstractTransporter, _check_state, _positive_int
+from ._ntm_transport import AbstractTransporter, _check_sizes, _check_state, _positive_int
 from ._velocity import AbstractVelocityField
 
 MODES = ("end_to_end", "pairwise")
@@ -457,13 +457,7 @@ class Denoiser(eqx.Module):
         key: PRNGKeyArray,
     ):
         """Build the MLP (``depth`` hidden layers of ``width``, SiLU, zero-initialised output)."""
-        for name, value in (
-            ("seq_len", seq_len),
-            ("channels", channels),
-            ("width", width),
-            ("depth", depth),
-        ):
-            _positive_int(name, value)
+        _check_sizes(seq_len=seq_len, channels=channels, width=width, depth=depth)
         k_mlp, k_emb = jr.split(key)
         dim = seq_len * channels
         emb = NUM_FEATURES if num_classes else 0

@@ -31,7 +31,13 @@ from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
 from ..nn import RMSNorm, TimeEmbedding, TransformerBlock, init_normal, sinusoidal_embedding
 from ._ntm_closed import reverse_posterior_coeffs
-from ._ntm_transport import _check_state, _positive_int, _scalar
+from ._ntm_transport import (
+    _check_sizes,
+    _check_state,
+    _positive_int,
+    _scalar,
+    _transformer_stack,
+)
 from ._velocity import AbstractVelocityField
 
 #: Floor of the posterior standard deviation C(t, s) under the log (C = 0 at s = 0).
@@ -126,13 +132,7 @@ class MLPPredictor(AbstractGaussianPredictor):
             num_classes: number of classes (0: unconditional, ``y=None``).
             key: PRNG key.
         """
-        for name, value in (
-            ("seq_len", seq_len),
-            ("channels", channels),
-            ("width", width),
-            ("depth", depth),
-        ):
-            _positive_int(name, value)
+        _check_sizes(seq_len=seq_len, channels=channels, width=width, depth=depth)
         if not isinstance(num_classes, int) or num_classes < 0:
             raise ValueError(f"`num_classes` must be an int >= 0, got {num_classes!r}.")
         k_mlp, k_emb = jr.split(key)
@@ -201,32 +201,14 @@ class TransformerPredictor(AbstractGaussianPredictor):
         key: PRNGKeyArray,
     ):
         """Build ``depth`` bidirectional blocks of ``width`` channels and ``num_heads`` heads."""
-        for name, value in (
-            ("seq_len", seq_len),
-            ("channels", channels),
-            ("width", width),
-            ("depth", depth),
-            ("num_heads", num_heads),
-        ):
-            _positive_int(name, value)
+        _check_sizes(
+            seq_len=seq_len, channels=channels, width=width, depth=depth, num_heads=num_heads
+        )
         if not isinstance(num_classes, int) or num_classes < 0:
             raise ValueError(f"`num_classes` must be an int >= 0, got {num_classes!r}.")
         keys = jr.split(key, depth + 6)
         self.in_proj = eqx.nn.Linear(channels, width, key=keys[0])
-        out_std = 0.02 / (2 * depth) ** 0.5
-        self.blocks = tuple(
-            TransformerBlock(
-                width,
-                num_heads,
-                "mlp",
-                {},
-                rotary=True,
-                time_conditioning=True,
-                out_std=out_std,
-                key=k,
-            )
-            for k in keys[6:]
-        )
+        self.blocks = _transformer_stack(width, num_heads, keys[6:], depth=depth)
         self.norm = RMSNorm(width)
         head = eqx.nn.Linear(width, 2 * channels, key=keys[1])
         self.head = eqx.tree_at(lambda m: (m.weight, m.bias), head, replace_fn=jnp.zeros_like)

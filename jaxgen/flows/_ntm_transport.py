@@ -61,6 +61,32 @@ def _positive_int(name: str, value: Any) -> int:
     return value
 
 
+def _check_sizes(**sizes: Any) -> None:
+    """Each keyword must be an int >= 1 (the error names it)."""
+    for name, value in sizes.items():
+        _positive_int(name, value)
+
+
+def _transformer_stack(
+    width: int, num_heads: int, keys: PRNGKeyArray, *, depth: int
+) -> tuple[TransformerBlock, ...]:
+    """``depth`` time-conditioned `TransformerBlock`s (rotary, MLP mixer, GPT-2 output scale)."""
+    out_std = 0.02 / (2 * depth) ** 0.5
+    return tuple(
+        TransformerBlock(
+            width,
+            num_heads,
+            "mlp",
+            {},
+            rotary=True,
+            time_conditioning=True,
+            out_std=out_std,
+            key=k,
+        )
+        for k in keys
+    )
+
+
 class AbstractTransporter(eqx.Module):
     """Invertible map of one state ``(L, c)`` at level ``t`` of a ``T``-step trajectory.
 
@@ -146,13 +172,7 @@ class MADEConditioner(AbstractConditioner):
         key: PRNGKeyArray,
     ):
         """Build a MADE with ``depth`` hidden layers of ``width`` units (``width >= seq_len``)."""
-        for name, value in (
-            ("seq_len", seq_len),
-            ("channels", channels),
-            ("width", width),
-            ("depth", depth),
-        ):
-            _positive_int(name, value)
+        _check_sizes(seq_len=seq_len, channels=channels, width=width, depth=depth)
         if width < seq_len:
             raise ValueError(f"MADE needs `width` >= seq_len = {seq_len}, got {width}.")
         self.seq_len, self.channels, self.width, self.depth = seq_len, channels, width, depth
@@ -218,32 +238,14 @@ class CausalTransformerConditioner(AbstractConditioner):
         key: PRNGKeyArray,
     ):
         """Build ``depth`` causal blocks of ``width`` channels and ``num_heads`` heads."""
-        for name, value in (
-            ("seq_len", seq_len),
-            ("channels", channels),
-            ("width", width),
-            ("depth", depth),
-            ("num_heads", num_heads),
-        ):
-            _positive_int(name, value)
+        _check_sizes(
+            seq_len=seq_len, channels=channels, width=width, depth=depth, num_heads=num_heads
+        )
         keys = jr.split(key, depth + 5)
         self.seq_len, self.channels = seq_len, channels
         self.start = init_normal(keys[0], (width,))
         self.in_proj = eqx.nn.Linear(channels, width, key=keys[1])
-        out_std = 0.02 / (2 * depth) ** 0.5
-        self.blocks = tuple(
-            TransformerBlock(
-                width,
-                num_heads,
-                "mlp",
-                {},
-                rotary=True,
-                time_conditioning=True,
-                out_std=out_std,
-                key=k,
-            )
-            for k in keys[5:]
-        )
+        self.blocks = _transformer_stack(width, num_heads, keys[5:], depth=depth)
         self.norm = RMSNorm(width)
         head = eqx.nn.Linear(width, 2 * channels, key=keys[2])
         if zero_init:
