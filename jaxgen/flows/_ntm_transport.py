@@ -68,7 +68,7 @@ def _check_sizes(**sizes: Any) -> None:
 
 
 def _transformer_stack(
-    width: int, num_heads: int, keys: PRNGKeyArray, *, depth: int
+    width: int, num_heads: int, keys: Array, *, depth: int
 ) -> tuple[TransformerBlock, ...]:
     """``depth`` time-conditioned `TransformerBlock`s (rotary, MLP mixer, GPT-2 output scale)."""
     out_std = 0.02 / (2 * depth) ** 0.5
