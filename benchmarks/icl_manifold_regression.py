@@ -275,14 +275,32 @@ def _krr(x, y, xq, h, lam):
 
 
 @ft.partial(jax.jit, static_argnames=("beta", "J", "amplitude", "sigma"))
-def _bayes(tasks, beta, J, amplitude, sigma):
-    """Posterior mean and variance at every query, ``(T, Q)`` each (exact Bayes, the floor)."""
-
+def _bayes_chunk(tasks, beta, J, amplitude, sigma):
     def one(task):
         kw = dict(beta=beta, J=J, amplitude=amplitude, sigma=sigma)
         return bayes_predict(task, **kw), bayes_risk(task, **kw)
 
-    return jax.lax.map(one, tasks)
+    return jax.vmap(one)(tasks)
+
+
+def _bayes(tasks, beta, J, amplitude, sigma, chunk=10):
+    """Posterior mean and variance at every query, ``(T, Q)`` each (exact Bayes, the floor).
+
+    Chunks of tasks in a Python loop (bounded memory); `jax.lax.map` here (LAPACK calls inside
+    a while loop) hung the XLA CPU runtime intermittently on the loaded 2-core box.
+    """
+    T = tasks.x.shape[0]
+    chunk = min(chunk, T)
+    outs = []
+    for s in range(0, T, chunk):
+        part = jax.tree_util.tree_map(lambda a, s=s: a[s : s + chunk], tasks)
+        if part.x.shape[0] < chunk:  # pad the last chunk: one compiled shape
+            part = jax.tree_util.tree_map(
+                lambda a, s=s: jnp.concatenate([a[s:], a[: chunk - (T - s)]]), tasks
+            )
+        m, v = _bayes_chunk(part, beta, J, amplitude, sigma)
+        outs.append((np.asarray(m)[: T - s], np.asarray(v)[: T - s]))
+    return np.concatenate([o[0] for o in outs]), np.concatenate([o[1] for o in outs])
 
 
 # ---------------------------------------------------------------------------------------------
