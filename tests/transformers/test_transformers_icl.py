@@ -228,8 +228,8 @@ def test_models_eager_jit_vmap_loop(tiny_batch, cls):
     b = tiny_batch
     model = cls(3, dim=8, num_layers=1, num_heads=2, num_frequencies=4, key=jr.key(0))
     batched = jax.jit(jax.vmap(model))(b.x, b.y, b.xq, b.mask)
-    loop = jnp.stack([model(b.x[i], b.y[i], b.xq[i], b.mask[i]) for i in range(2)])
-    np.testing.assert_allclose(batched, loop, rtol=1e-9, atol=1e-12)
+    loop = jnp.stack([model(b.x[i], b.y[i], b.xq[i], b.mask[i]) for i in range(2)])  # eager
+    np.testing.assert_allclose(batched, loop, rtol=1e-9, atol=1e-12)  # vmap + jit == eager loop
     assert batched.shape == (2, 2)
 
 
@@ -241,7 +241,7 @@ def _train_and_compare(cls, steps):
     from jaxgen.core import adamw_cosine, fit
 
     batches = ft.partial(T.task_batch, **_TRAIN)
-    model = cls(2, dim=16, num_layers=2, num_heads=2, num_frequencies=16, frequency_scale=1.0,
+    model = cls(2, dim=16, num_layers=1, num_heads=2, num_frequencies=16, frequency_scale=1.0,
                 key=jr.key(0))  # fmt: skip
     res = fit(T.icl_loss, model, batches, adamw_cosine(3e-3, steps), num_steps=steps,
               key=jr.key(1), progress=False)  # fmt: skip
@@ -254,7 +254,7 @@ def _train_and_compare(cls, steps):
 
 def test_linear_attention_training_beats_constant():
     # constant (context mean) predictor: about 2.6 on these tasks; trained: about 0.8
-    mse, const, losses = _train_and_compare(T.LinearAttentionICL, 150)
+    mse, const, losses = _train_and_compare(T.LinearAttentionICL, 100)
     assert np.all(np.isfinite(losses))
     assert mse < 0.6 * const
 
