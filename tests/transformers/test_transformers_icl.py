@@ -290,9 +290,10 @@ def _nw_mse(tasks, h):
 GRID = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0)
 
 
-# kappa = 0.25 measured slope -0.73 against -0.5625: MSE at n = 128 (K = 4 pieces, n_k = 32) is
-# 3.1x the n = 256 value (heavy-tailed local-linear errors with ~30 points per piece); from
-# n_k = 64 to 512 the slope per log n_k is -0.79, i.e. the rate holds in n_k once n_k >= 64.
+# kappa = 0.25 is borderline: with sample_task's earlier random stream the slope was -0.73
+# against -0.5625 (MSE at n = 128, K = 4, n_k = 32 was 3.1x the n = 256 value: heavy-tailed
+# local-linear errors with ~30 points per piece); from n_k = 64 to 512 the slope per log n_k was
+# -0.79. With the current stream it passes; the benchmark's n <= 2048 version misses by 0.03.
 _PRE_ASYMPTOTIC = pytest.mark.xfail(
     reason="pre-asymptotic n_k = 32 point at n = 128 (see comment)", strict=False
 )
