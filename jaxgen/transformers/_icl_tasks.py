@@ -267,26 +267,29 @@ def sample_task(
     total = n + num_queries
     k_piece, k_coord, k_fun, k_noise = jr.split(key, 4)
     piece = jr.categorical(k_piece, jnp.log(weights), shape=(total,))
+    # Vectorised over points: one coordinate draw and one embedding per distinct kind, the
+    # piece's rotation / centre / radius gathered per point, and the prior features computed
+    # once (not once per piece): O(total F) work and a program whose size does not grow with K.
+    kinds = sorted({p.kind for p in pieces})
+    kind_of = jnp.asarray([kinds.index(p.kind) for p in pieces])[piece]
+    R = jnp.stack([p.R for p in pieces])
+    centre = jnp.stack([p.centre for p in pieces])[piece]
+    radius = jnp.asarray([p.radius for p in pieces], dtype)[piece]
     x = jnp.zeros((total, D), dtype)
     coords = jnp.zeros((total, d), dtype)
     tangent = jnp.zeros((total, D, d), dtype)
-    f = jnp.zeros((total,), dtype)
-    F = (2 * J) ** d
-    for k, (p, kc, kf) in enumerate(
-        zip(pieces, jr.split(k_coord, K), jr.split(k_fun, K), strict=False)
-    ):
-        t = _draw_coords(kc, p.kind, total).astype(dtype)
-        e, tan = jax.vmap(_embed_fn(p.kind))(t)
-        m = e.shape[-1]
-        xk = p.centre[None, :] + p.radius * e @ p.R[:, :m].T
-        tk = jnp.einsum("Dm,nmd->nDd", p.R[:, :m], tan)
-        w = jr.normal(kf, (F,), dtype)
-        fk = jax.vmap(lambda s: prior_features(s, beta=beta, J=J, amplitude=amplitude))(t) @ w
-        on = piece == k
+    for kind, kc in zip(kinds, jr.split(k_coord, len(kinds)), strict=True):
+        on = kind_of == kinds.index(kind)
+        t = _draw_coords(kc, kind, total).astype(dtype)
+        e, tan = jax.vmap(_embed_fn(kind))(t)
+        Rm = R[:, :, : e.shape[-1]][piece]
+        xk = centre + radius[:, None] * jnp.einsum("nDm,nm->nD", Rm, e)
         x = jnp.where(on[:, None], xk, x)
         coords = jnp.where(on[:, None], t, coords)
-        tangent = jnp.where(on[:, None, None], tk, tangent)
-        f = jnp.where(on, fk, f)
+        tangent = jnp.where(on[:, None, None], jnp.einsum("nDm,nmd->nDd", Rm, tan), tangent)
+    phi = jax.vmap(lambda s: prior_features(s, beta=beta, J=J, amplitude=amplitude))(coords)
+    w = jr.normal(k_fun, (K, phi.shape[-1]), dtype)  # independent GP weights per piece
+    f = jnp.sum(phi * w[piece], axis=-1)
     y = f[:n] + sigma * jr.normal(k_noise, (n,), dtype)
     return ICLTask(x[:n], y, f[:n], x[n:], f[n:], piece[:n], piece[n:], coords[:n], coords[n:],
                    tangent[n:])  # fmt: skip

@@ -1,5 +1,7 @@
 """In-context regression on manifold mixtures: closed forms, peers, masking, bad input."""
 
+import functools as ft
+
 import jax
 import jax.numpy as jnp
 import jax.random as jr
@@ -145,3 +147,176 @@ def test_models_and_loss_shapes():
         assert jnp.isfinite(loss)
         one = m(b.x[0], b.y[0], b.xq[0, 0], b.mask[0])
         np.testing.assert_allclose(one, m(b.x[0], b.y[0], b.xq[0], b.mask[0])[0], rtol=1e-10)
+
+
+# ---------------------------------------------------------------------------------------------
+# spec check 3, eager == jit, vmap == loop, a tiny training run, checks 7 and 8 (slow)
+
+
+def _curve_task(n, D, seed=0):
+    """A non-planar closed curve in R^3 isometrically embedded in R^D (pad with zeros, rotate)."""
+    rng = np.random.default_rng(seed)
+    t = rng.uniform(0, 2 * np.pi, n + 3)
+    x3 = np.stack([np.cos(t), np.sin(t), 0.5 * np.sin(2 * t)], 1)
+    tan3 = np.stack([-np.sin(t), np.cos(t), np.cos(2 * t)], 1)
+    tan3 /= np.linalg.norm(tan3, axis=1, keepdims=True)
+    y = np.sin(t) + 0.5 * np.cos(2 * t) + 0.1 * rng.normal(size=n + 3)
+    Q = np.linalg.qr(np.random.default_rng(seed + 1).normal(size=(D, D)))[0] if D > 3 else np.eye(3)
+    pad = lambda a: np.concatenate([a, np.zeros((a.shape[0], D - 3))], 1) @ Q.T  # noqa: E731
+    x, y, tan = jnp.asarray(pad(x3)), jnp.asarray(y), jnp.asarray(pad(tan3))
+    return x[:n], y[:n], x[n:], tan[n:, :, None]
+
+
+@jax.jit
+def _oracle_and_pca(x, y, xq, U):
+    lp = jax.vmap(lambda q, u: T.local_poly_predict(x, y, q, u, 0.3))
+    pca = jax.vmap(lambda q: T.local_pca_tangent(x, q, 0.4, 1))(xq)
+    return lp(xq, U), lp(xq, pca)
+
+
+@pytest.mark.filterwarnings("ignore:After 0.17:FutureWarning")  # statsmodels' own default RNG
+def test_ambient_dimension_independence():
+    # spec check 3: the same task in D = 3 and D = 30 gives the same tangent-LP predictions
+    x3, y, q3, U3 = _curve_task(80, 3)
+    x30, _, q30, U30 = _curve_task(80, 30)
+    for a, b in zip(_oracle_and_pca(x3, y, q3, U3), _oracle_and_pca(x30, y, q30, U30), strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-8)
+    # peer: ambient local linear (U = I) and Nadaraya-Watson equal statsmodels' KernelReg ll/lc.
+    # Spec check 3 expected the ambient fit to change with D; it does not: KernelReg solves its
+    # rank-deficient ambient system with pinv, whose minimum-norm solution ignores the padded
+    # directions, so it is invariant to an exact isometric embedding as well (checked here).
+    kr = pytest.importorskip("statsmodels.nonparametric.kernel_regression")
+    ll = jax.vmap(lambda q: T.local_poly_predict(x3, y, q, jnp.eye(3), 0.3, ridge=0.0))(q3)
+    nw = jax.vmap(lambda q: T.nadaraya_watson(x3, y, q, 0.3))(q3)
+    for D, x, q in ((3, x3, q3), (30, x30, q30)):
+        for reg, ours in (("ll", ll), ("lc", nw)):
+            ref = kr.KernelReg(np.asarray(y), np.asarray(x), "c" * D, reg_type=reg, bw=[0.3] * D)
+            np.testing.assert_allclose(ours, ref.fit(np.asarray(q))[0], rtol=1e-7)
+
+
+_ESTIMATORS = {
+    "nadaraya_watson": lambda x, y, q: T.nadaraya_watson(x, y, q, 0.3),
+    "knn": lambda x, y, q: T.knn_predict(x, y, q, 5),
+    "ridge": lambda x, y, q: T.ridge_predict(x, y, q, 0.1),
+    "kernel_ridge": lambda x, y, q: T.kernel_ridge_predict(x, y, q, 0.5, 0.1),
+    "local_pca": lambda x, y, q: T.local_pca_tangent(x, q, 0.4, 1),
+    "local_poly2": lambda x, y, q: T.local_poly_predict(
+        x, y, q, T.local_pca_tangent(x, q, 0.4, 1), 0.4, degree=2
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_ESTIMATORS))
+def test_estimators_eager_jit_vmap_loop(task, name):
+    fn = _ESTIMATORS[name]
+    batched = jax.jit(jax.vmap(fn, (None, None, 0)))(task.x, task.y, task.xq[:2])
+    loop = jnp.stack([fn(task.x, task.y, q) for q in task.xq[:2]])  # eager, one query at a time
+    if name == "local_pca":  # eigenvector signs are arbitrary: compare the projectors
+        batched, loop = (jnp.einsum("qia,qja->qij", u, u) for u in (batched, loop))
+    np.testing.assert_allclose(batched, loop, rtol=1e-9, atol=1e-12)
+
+
+@pytest.fixture(scope="module")
+def tiny_batch():
+    return jax.jit(
+        lambda k: T.task_batch(k, batch=2, n_min=10, n_max=14, D=3, kappa=0.0, J=4, num_queries=2)
+    )(jr.key(7))
+
+
+@pytest.mark.parametrize("cls", [T.LinearAttentionICL, T.SoftmaxICL])
+def test_models_eager_jit_vmap_loop(tiny_batch, cls):
+    b = tiny_batch
+    model = cls(3, dim=8, num_layers=1, num_heads=2, num_frequencies=4, key=jr.key(0))
+    batched = jax.jit(jax.vmap(model))(b.x, b.y, b.xq, b.mask)
+    loop = jnp.stack([model(b.x[i], b.y[i], b.xq[i], b.mask[i]) for i in range(2)])  # eager
+    np.testing.assert_allclose(batched, loop, rtol=1e-9, atol=1e-12)  # vmap + jit == eager loop
+    assert batched.shape == (2, 2)
+
+
+_TRAIN = dict(batch=16, n_min=24, n_max=24, D=2, kappa=0.0, J=4, amplitude=2.0, beta=1.0)
+
+
+def _train_and_compare(cls, steps):
+    """Train a tiny model by `fit` + `adamw_cosine`; held-out MSE vs the context-mean predictor."""
+    from jaxgen.core import adamw_cosine, fit
+
+    batches = ft.partial(T.task_batch, **_TRAIN)
+    model = cls(2, dim=16, num_layers=1, num_heads=2, num_frequencies=16, frequency_scale=1.0,
+                key=jr.key(0))  # fmt: skip
+    res = fit(T.icl_loss, model, batches, adamw_cosine(3e-3, steps), num_steps=steps,
+              key=jr.key(1), progress=False)  # fmt: skip
+    held = jax.jit(ft.partial(T.task_batch, **{**_TRAIN, "batch": 256}))(jr.key(99))
+    m = held.mask.astype(held.y.dtype)
+    ybar = jnp.sum(held.y * m, 1) / jnp.sum(m, 1)
+    const = float(jnp.mean((ybar[:, None] - held.yq) ** 2))
+    return float(jax.jit(T.icl_loss)(res.model, held, None)), const, res.losses
+
+
+def test_linear_attention_training_beats_constant():
+    # constant (context mean) predictor: about 2.6 on these tasks; trained: about 0.8
+    mse, const, losses = _train_and_compare(T.LinearAttentionICL, 100)
+    assert np.all(np.isfinite(losses))
+    assert mse < 0.6 * const
+
+
+@pytest.mark.slow
+def test_softmax_training_beats_constant():
+    mse, const, _ = _train_and_compare(T.SoftmaxICL, 600)
+    assert mse < 0.8 * const
+
+
+def _draw_tasks(key, n, K, num_tasks, **kw):
+    def one(k):
+        kp, kt = jr.split(k)
+        return T.sample_task(kt, T.sample_mixture(kp, 10, K), n, num_queries=8, **kw)
+
+    return jax.jit(jax.vmap(one))(jr.split(key, num_tasks))
+
+
+@ft.partial(jax.jit, static_argnames=("degree",))
+def _lp_mse(tasks, h, degree):
+    lp = lambda x, y, q, u: T.local_poly_predict(x, y, q, u, h, degree=degree)  # noqa: E731
+    pred = jax.vmap(jax.vmap(lp, (None, None, 0, 0)))(tasks.x, tasks.y, tasks.xq, tasks.tangent_q)
+    return jnp.mean((pred - tasks.fq) ** 2)
+
+
+@jax.jit
+def _nw_mse(tasks, h):
+    nw = lambda x, y, q: T.nadaraya_watson(x, y, q, h)  # noqa: E731
+    pred = jax.vmap(jax.vmap(nw, (None, None, 0)))(tasks.x, tasks.y, tasks.xq)
+    return jnp.mean((pred - tasks.fq) ** 2)
+
+
+GRID = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0)
+
+
+# kappa = 0.25 is borderline: with sample_task's earlier random stream the slope was -0.73
+# against -0.5625 (MSE at n = 128, K = 4, n_k = 32 was 3.1x the n = 256 value: heavy-tailed
+# local-linear errors with ~30 points per piece); from n_k = 64 to 512 the slope per log n_k was
+# -0.79. With the current stream it passes; the benchmark's n <= 2048 version misses by 0.03.
+@pytest.mark.slow
+@pytest.mark.parametrize("kappa", [0.0, 0.25])
+def test_oracle_local_linear_rate(kappa):
+    # spec check 7: c_h tuned at n = 256 on separate tasks, then fixed; 50 tasks x 8 queries per n
+    beta, d = 1.5, 1
+    rule = lambda n: (n / T.num_pieces(n, kappa)) ** (-1 / (2 * beta + d))  # noqa: E731
+    val = _draw_tasks(jr.key(10), 256, T.num_pieces(256, kappa), 50, beta=beta)
+    c = min(GRID, key=lambda c: float(_lp_mse(val, c * rule(256), 1)))
+    ns = [128, 256, 512, 1024, 2048, 4096]
+    mse = [float(_lp_mse(_draw_tasks(jr.key(n), n, T.num_pieces(n, kappa), 50, beta=beta),
+                         c * rule(n), 1)) for n in ns]  # fmt: skip
+    slope = np.polyfit(np.log(ns), np.log(mse), 1)[0]
+    assert abs(slope - T.rate_exponent(beta, d, kappa)) <= 0.15, (slope, mse)
+
+
+@pytest.mark.slow
+def test_local_quadratic_beats_nadaraya_watson_on_smooth_functions():
+    # spec check 8 (smooth test: beta 1, J 8, A 2), bandwidths tuned at n = 256 on separate tasks
+    kw = dict(beta=1.0, J=8, amplitude=2.0)
+    val = _draw_tasks(jr.key(20), 256, 1, 50, **kw)
+    c2 = min(GRID, key=lambda c: float(_lp_mse(val, c * 256 ** (-0.2), 2)))
+    c0 = min(GRID, key=lambda c: float(_nw_mse(val, c * 256 ** (-0.2))))
+    for n in (256, 1024):
+        tasks = _draw_tasks(jr.key(n + 1), n, 1, 50, **kw)
+        h = n ** (-0.2)
+        assert float(_lp_mse(tasks, c2 * h, 2)) < float(_nw_mse(tasks, c0 * h)), n
