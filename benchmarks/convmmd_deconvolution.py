@@ -49,7 +49,7 @@ CONFIGS = {
         "w1_samples": 20000,
         "moons": {"n": 2000, "K": 10, "steps": 200, "atoms": 1000},
         "baseball": {"steps": 150, "K": 8, "npmle_grid": 300, "npmle_steps": 200},
-        "npeb_n": 2000,
+        "npeb_n": 1000,
         "rates": None,
         "latent_dims": [],
     },
