@@ -71,3 +71,23 @@ from ._qes_eval import (
     lm_tokens as lm_tokens,
     routing_auroc as routing_auroc,
 )
+from ._qes_model import (
+    QESTransformer as QESTransformer,
+    attach_lora as attach_lora,
+    attach_qes as attach_qes,
+    restore as restore,
+    shutdown as shutdown,
+    trainable_filter as trainable_filter,
+)
+from ._qes_train import (
+    abl_train as abl_train,
+    adapter_optimizer as adapter_optimizer,
+    adapter_task_loss as adapter_task_loss,
+    backdoor_batches as backdoor_batches,
+    fine_prune as fine_prune,
+    full_finetune as full_finetune,
+    qes_loss as qes_loss,
+    sample_losses as sample_losses,
+    suspect_recall as suspect_recall,
+    train_qes as train_qes,
+)

@@ -19,12 +19,14 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
 
 from ..core import FitResult, fit
 from ..nn import Transformer, dyadic_schedule
+from ._qes_model import QESTransformer
 
 AUX_LOSS_WEIGHT = 0.01  # weight of the MoE load-balancing loss inside `lm_loss`
 
 
 def _check_model(model: Transformer) -> None:
-    if not isinstance(model, Transformer):
+    # A QESTransformer (routed LoRA experts on a frozen base) is read like a Transformer.
+    if not isinstance(model, Transformer | QESTransformer):
         raise TypeError(f"`model` must be a jaxgen.nn.Transformer, got {type(model).__name__}.")
 
 
@@ -134,6 +136,8 @@ def train_lm(
         `jaxgen.core.FitResult` (model, opt_state, losses, resumed_from).
     """
     _check_model(model)
+    if isinstance(model, QESTransformer):
+        raise TypeError("train a QESTransformer's adapters with `train_qes`, not `train_lm`.")
     if not model.causal:
         raise ValueError("`train_lm` trains causal language models; got causal=False.")
     if optimizer is None:
