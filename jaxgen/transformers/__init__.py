@@ -58,8 +58,11 @@ from ._qes import (
     trim_suspects as trim_suspects,
 )
 from ._qes_data import (
+    PRETRAIN_TASKS as PRETRAIN_TASKS,
+    PRETRAIN_VOCAB_SIZE as PRETRAIN_VOCAB_SIZE,
     BackdoorVocab as BackdoorVocab,
     clean_test_set as clean_test_set,
+    make_pretrain_tasks as make_pretrain_tasks,
     make_task as make_task,
     poison as poison,
     triggered_test_set as triggered_test_set,

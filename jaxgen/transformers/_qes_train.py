@@ -35,10 +35,11 @@ def backdoor_batches(
 ):
     """Pure sampler ``batches(key) -> dict`` over a backdoor task set (`make_task`, `poison`).
 
-    ``inputs`` marks the letter/trigger positions of ``x`` (not bos, pad or sep).
+    ``inputs`` marks the non-pad positions of ``x`` (letters, trigger; not bos, pad or sep).
     """
     tokens, weights = lm_tokens(x, y)
-    inputs = jnp.zeros(tokens.shape, bool).at[:, 1 : 1 + x.shape[1]].set(jnp.asarray(x) < 29)
+    letters = jnp.asarray(x) != VOCAB.pad
+    inputs = jnp.zeros(tokens.shape, bool).at[:, 1 : 1 + x.shape[1]].set(letters)
     data = {"tokens": tokens, "weights": weights, "inputs": inputs}
     if poisoned is not None:
         data["poisoned"] = jnp.asarray(poisoned, bool)
@@ -184,15 +185,33 @@ def adapter_optimizer(
     weight_decay: float = 0.0,
     clip_norm: float | None = 1.0,
 ) -> optax.GradientTransformation:
-    """AdamW + warm-up/cosine (`lm_optimizer`) on the adapters and routers; zero elsewhere."""
+    """AdamW + warm-up/cosine (`lm_optimizer`) on the adapters and routers; zero elsewhere.
+
+    The labels come from `trainable_filter` of the parameters, so one optimizer object serves
+    every `QESTransformer`; it is cached per setting so `fit` reuses its compiled step.
+    """
+    if not isinstance(model, QESTransformer):
+        raise TypeError(f"`model` must be a QESTransformer, got {type(model).__name__}.")
+    return _cached_adapter_optimizer(float(learning_rate), int(num_steps), weight_decay, clip_norm)
+
+
+def _labels(params: PyTree) -> PyTree:
+    return jtu.tree_map(lambda t: "train" if t else "frozen", trainable_filter(params))
+
+
+@ft.lru_cache(maxsize=64)
+def _cached_adapter_optimizer(
+    learning_rate: float, num_steps: int, weight_decay: float, clip_norm: float | None
+) -> optax.GradientTransformation:
     inner = lm_optimizer(
         learning_rate, num_steps, weight_decay=weight_decay, clip_norm=clip_norm, b2=0.999
     )
+    return optax.multi_transform({"train": inner, "frozen": optax.set_to_zero()}, _labels)
 
-    def labels(params: PyTree) -> PyTree:
-        return jtu.tree_map(lambda t: "train" if t else "frozen", trainable_filter(params))
 
-    return optax.multi_transform({"train": inner, "frozen": optax.set_to_zero()}, labels)
+@ft.lru_cache(maxsize=16)
+def _cached_full_optimizer(learning_rate: float, num_steps: int) -> optax.GradientTransformation:
+    return lm_optimizer(learning_rate, num_steps, weight_decay=0.0)
 
 
 def _monitored(
@@ -479,7 +498,7 @@ def full_finetune(
     """Baseline B0: fine-tune every weight of ``model`` on the weighted targets (`lm_loss`)."""
     if not isinstance(model, Transformer):
         raise TypeError(f"`model` must be a Transformer, got {type(model).__name__}.")
-    opt = lm_optimizer(learning_rate, num_steps, weight_decay=0.0)
+    opt = _cached_full_optimizer(float(learning_rate), int(num_steps))
     return fit(_full_loss, model, batches, opt, num_steps=num_steps, key=key, progress=progress)
 
 
