@@ -641,6 +641,19 @@ def run(config, key, rec):
             "peft_parity", "max |jaxgen - peft| (forward, merge), float32", parity, "<=", 1e-5
         )
     rec.metric("routing_auroc", main["qes_auroc"])
+    if main["b4_ca"] < 0.5:
+        rec.note(
+            "The clean task (reverse, exact match) was not learned within the steps of this "
+            "configuration (oracle LoRA CA < 0.5): its learning has a sharp, seed-dependent "
+            "transition. ASR figures stand; CA comparisons (ca_drop, shutdown_control, "
+            "qes_vs_lora_ca) are not meaningful in this run."
+        )
+    if main["qes_recall"] < 0.9:
+        rec.note(
+            "Suspect trimming missed the poisoned samples: the trigger was learned by the "
+            "benign experts before the poisoned samples became the worst-fit ones (run the "
+            "ablations of --full)."
+        )
 
     methods = [
         ("B0", "b0_ca", "b0_asr"),

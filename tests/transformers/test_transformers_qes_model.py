@@ -139,49 +139,47 @@ def test_trainable_filter_marks_adapters_and_routers_only(setup):
     assert train.mask is None and frozen.mask is not None
 
 
-def test_qes_loss_aux_trimming_and_warmup(setup):
-    _, qes, batch, _ = setup
-    loss_fn = eqx.filter_jit(lambda m, b, s: qes_loss(m, b, jr.key(0), cfg=CFG, step=s))
-    loss, aux = loss_fn(qes, batch, 20)
-    B = batch["tokens"].shape[0]
-    assert aux["keep"].shape == (B,) and aux["gbar_q"].shape == (B, batch["tokens"].shape[1] - 1)
-    n = int(np.ceil(CFG.rho_hat * B))
-    assert int((aux["keep"] == 0).sum()) == n  # after the warm-up: ceil(rho_hat B) suspects
-    worst = np.argsort(-np.asarray(aux["l_off"]), kind="stable")[:n]
-    assert np.all(np.asarray(aux["keep"])[worst] == 0)
-    expected = (
-        aux["task"]
-        + CFG.lambda_keep * aux["keep_loss"]
-        + CFG.lambda_route * aux["route"]
-        + CFG.lambda_bal * aux["balance"]
-    )
-    np.testing.assert_allclose(loss, expected, rtol=1e-12)
-    _, aux0 = loss_fn(qes, batch, 0)  # warm-up start: rho = 0, nobody trimmed
-    assert np.all(np.asarray(aux0["keep"]) == 1)
-
-
-def test_masked_training_step_traces_once_and_freezes_base(setup):
+def test_qes_loss_and_masked_training_step(setup):
+    """qes_loss (trimming, warm-up, composition) and 3 optimiser steps traced once; the base,
+    the weight copies and the mask never move."""
     _, qes, batch, _ = setup
     opt = adapter_optimizer(qes, 1e-2, 10)
 
     def make_step(model, opt_state, batch, step):
-        (loss, _), grads = eqx.filter_value_and_grad(
+        (loss, aux), grads = eqx.filter_value_and_grad(
             lambda m: qes_loss(m, batch, jr.key(0), cfg=CFG, step=step), has_aux=True
         )(model)
         updates, opt_state = opt.update(grads, opt_state, eqx.filter(model, eqx.is_inexact_array))
-        return eqx.apply_updates(model, updates), opt_state, loss
+        return eqx.apply_updates(model, updates), opt_state, loss, aux
 
     step_fn = eqx.filter_jit(eqx.debug.assert_max_traces(make_step, max_traces=1))
-    model, state = qes, opt.init(eqx.filter(qes, eqx.is_inexact_array))
-    losses = []
+    state = opt.init(eqx.filter(qes, eqx.is_inexact_array))
+    _, _, _, aux0 = step_fn(qes, state, batch, jnp.asarray(0))
+    assert np.all(np.asarray(aux0["keep"]) == 1)  # warm-up start: rho = 0, nobody trimmed
+    model, losses = qes, []
     for i in range(3):
-        model, state, loss = step_fn(model, state, batch, jnp.asarray(i + 10))
+        model, state, loss, aux = step_fn(model, state, batch, jnp.asarray(i + 10))
         losses.append(float(loss))
+        if i == 0:  # after the warm-up: ceil(rho_hat B) suspects, the largest l_off
+            B, L = batch["tokens"].shape
+            assert aux["keep"].shape == (B,) and aux["gbar_q"].shape == (B, L - 1)
+            n = int(np.ceil(CFG.rho_hat * B))
+            assert int((aux["keep"] == 0).sum()) == n
+            worst = np.argsort(-np.asarray(aux["l_off"]), kind="stable")[:n]
+            assert np.all(np.asarray(aux["keep"])[worst] == 0)
+            expected = (
+                aux["task"]
+                + CFG.lambda_keep * aux["keep_loss"]
+                + CFG.lambda_route * aux["route"]
+                + CFG.lambda_bal * aux["balance"]
+            )
+            np.testing.assert_allclose(loss, expected, rtol=1e-12)
     assert np.all(np.isfinite(losses)) and losses[-1] < losses[0]
     moved = jtu.tree_map(lambda a, b: bool(jnp.any(a != b)), qes, model)
     filt = trainable_filter(qes)
     for m, f in zip(jtu.tree_leaves(moved), jtu.tree_leaves(filt), strict=True):
         assert not (m and not f)  # nothing frozen moved (base, weight copies, mask)
+    assert any(jtu.tree_leaves(moved))
 
 
 def test_nan_loss_raises(setup):
