@@ -2,6 +2,13 @@
 
 from ._iterate import IterateOutput as IterateOutput, iterate as iterate
 from ._linalg import psd_sqrt as psd_sqrt
+from ._mmd import (
+    check_kernel as check_kernel,
+    kernel_gram as kernel_gram,
+    mmd2_from_grams as mmd2_from_grams,
+    mmd2_unbiased as mmd2_unbiased,
+    pairwise_sq_dists as pairwise_sq_dists,
+)
 from ._results import RESULTS as RESULTS
 from .checkpoint import (
     latest_checkpoint as latest_checkpoint,

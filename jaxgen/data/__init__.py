@@ -10,6 +10,11 @@ from ._common import (
     require_module as require_module,
 )
 from ._corruptions import CORRUPTIONS as CORRUPTIONS, corrupt as corrupt
+from ._deconvolution import (
+    laplace_mixture_1d as laplace_mixture_1d,
+    laplace_mixture_1d_density as laplace_mixture_1d_density,
+    load_baseball as load_baseball,
+)
 from ._dynamics import (
     coupled_pendulum_field as coupled_pendulum_field,
     lorenz96_eigenplane as lorenz96_eigenplane,
@@ -43,3 +48,4 @@ from ._text import (
     random_windows as random_windows,
 )
 from ._timeseries import load_irates as load_irates
+from ._toy2d import TOY_2D as TOY_2D, sample_toy_2d as sample_toy_2d

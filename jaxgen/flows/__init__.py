@@ -20,10 +20,42 @@ from ._interpolants import (
     MixtureInterpolantVelocity as MixtureInterpolantVelocity,
     NoiseAugmentedInterpolant as NoiseAugmentedInterpolant,
 )
+from ._ntm import (
+    NTM as NTM,
+    Denoiser as Denoiser,
+    denoiser_loss as denoiser_loss,
+    denoiser_targets as denoiser_targets,
+    mean_alignment_loss as mean_alignment_loss,
+    ntm_elbo as ntm_elbo,
+    ntm_loss as ntm_loss,
+    trajectory_score_denoise as trajectory_score_denoise,
+)
+from ._ntm_closed import (
+    forward_trajectory as forward_trajectory,
+    gaussian_cfg as gaussian_cfg,
+    ntm_schedule as ntm_schedule,
+    reverse_posterior_coeffs as reverse_posterior_coeffs,
+    trajectory_covariance as trajectory_covariance,
+)
+from ._ntm_predict import (
+    AbstractGaussianPredictor as AbstractGaussianPredictor,
+    MLPPredictor as MLPPredictor,
+    PosteriorResidualPredictor as PosteriorResidualPredictor,
+    TransformerPredictor as TransformerPredictor,
+)
+from ._ntm_transport import (
+    AbstractTransporter as AbstractTransporter,
+    CausalTransformerConditioner as CausalTransformerConditioner,
+    IdentityTransporter as IdentityTransporter,
+    MADEConditioner as MADEConditioner,
+    TarFlowBlock as TarFlowBlock,
+    TarFlowTransporter as TarFlowTransporter,
+)
 from ._obstruction import (
     mixture_quantiles_1d as mixture_quantiles_1d,
     one_step_obstruction_w1 as one_step_obstruction_w1,
 )
+from ._splines import SplineAutoregressive as SplineAutoregressive, rq_spline as rq_spline
 from ._straightness import (
     euler_pushforward as euler_pushforward,
     material_acceleration as material_acceleration,

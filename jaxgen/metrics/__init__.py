@@ -14,3 +14,4 @@ from ._distances import (
     sliced_w2 as sliced_w2,
     w1_1d as w1_1d,
 )
+from ._sliced import ise_1d as ise_1d, sliced_w1 as sliced_w1

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from ..core import psd_sqrt
+from ..core import kernel_gram, mmd2_from_grams, psd_sqrt
 
 
 def _check_samples(x: Array, y: Array, *, same_size: bool = False) -> None:
@@ -100,15 +100,8 @@ def mmd_unbiased(
     if h.ndim != 1 or h.shape[0] < 1:
         raise ValueError(f"`bandwidths` must be a non-empty 1-D sequence, got shape {h.shape}.")
 
-    def kernel(a: Array, b: Array) -> Array:
-        sq = _pairwise_sq(a, b)
-        return jnp.sum(jnp.exp(-sq[..., None] / (2.0 * h**2)[None, None, :]), -1)
-
-    n, m = x.shape[0], y.shape[0]
-    kxx, kyy, kxy = kernel(x, x), kernel(y, y), kernel(x, y)
-    sum_xx = (jnp.sum(kxx) - jnp.trace(kxx)) / (n * (n - 1))
-    sum_yy = (jnp.sum(kyy) - jnp.trace(kyy)) / (m * (m - 1))
-    return sum_xx + sum_yy - 2.0 * jnp.mean(kxy)
+    # The Gram/U-statistic core lives in jaxgen.core (shared with jaxgen.deconvolution).
+    return mmd2_from_grams(kernel_gram(x, x, h), kernel_gram(y, y, h), kernel_gram(x, y, h))
 
 
 def energy_distance(x: Float[Array, "n dim"], y: Float[Array, "m dim"]) -> Float[Array, ""]:

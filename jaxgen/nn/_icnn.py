@@ -23,10 +23,11 @@ Non-negativity is imposed in one of two ways (``mode``):
   ``params + update`` is the projected point). Needed for exact constructions (exact zeros).
 """
 
+import dataclasses
 import functools as ft
 import math
-from collections.abc import Sequence
-from typing import Any, NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, NamedTuple
 
 import equinox as eqx
 import jax
@@ -150,7 +151,7 @@ def _new_module(cls: type, **fields: Any) -> Any:
     """Instantiate an equinox module from given fields without running ``__init__`` (so loading
     weights needs no random init); every field of ``cls`` must be given.
     """
-    missing = set(cls.__dataclass_fields__) - set(fields)
+    missing = {f.name for f in dataclasses.fields(cls)} - set(fields)
     if missing:  # pragma: no cover - internal invariant
         raise RuntimeError(f"_new_module: missing fields {sorted(missing)} for {cls.__name__}.")
     obj = object.__new__(cls)
@@ -305,6 +306,48 @@ class _ScalarReLUNetwork(eqx.Module):
         return len(self.widths) + 1
 
 
+class _NonNegativeReLUNetwork(_ScalarReLUNetwork):
+    """What `ReLUPlusNet` and `ICNN` share: sign-constrained weights stored raw under ``mode``.
+
+    Subclasses name their parameter fields in ``_PARAMETERS`` (in the order their
+    ``_random_init(key, in_size, widths, dtype, mode)`` returns them).
+    """
+
+    in_size: int = eqx.field(static=True)
+    widths: tuple[int, ...] = eqx.field(static=True)
+    mode: str = eqx.field(static=True)
+
+    _PARAMETERS: ClassVar[tuple[str, ...]]
+    _random_init: ClassVar[Callable[..., tuple[Any, ...]]]
+
+    def __init__(
+        self,
+        in_size: int,
+        widths: Sequence[int],
+        *,
+        key: PRNGKeyArray,
+        mode: str = "softplus",
+        dtype: Any = None,
+    ):
+        """Random init; the class docstring says which distribution.
+
+        Args:
+            in_size: input dimension n (int >= 1).
+            widths: hidden widths ``(m_1, ..., m_L)``, each int >= 1, L >= 1.
+            key: PRNG key.
+            mode: ``"softplus"`` or ``"project"`` (see module docstring).
+            dtype: parameter dtype (default: JAX's default float).
+        """
+        self.in_size = _check_int("in_size", in_size, 1)
+        self.widths = _check_widths(widths)
+        self.mode = _check_mode(mode)
+        values = type(self)._random_init(
+            key, self.in_size, self.widths, _default_dtype(dtype), self.mode
+        )
+        for name, value in zip(self._PARAMETERS, values, strict=True):
+            setattr(self, name, value)
+
+
 class ReLUNet(_ScalarReLUNetwork):
     r"""Unconstrained ReLU network $x \in \mathbb{R}^n \mapsto \mathbb{R}$ on one sample.
 
@@ -393,13 +436,16 @@ class ReLUNet(_ScalarReLUNetwork):
         )
 
 
-class ReLUPlusNet(_ScalarReLUNetwork):
+class ReLUPlusNet(_NonNegativeReLUNetwork):
     r"""Monotone ReLU network (ReLU+): every weight matrix entrywise $\ge 0$, biases free.
 
     Same layers as `ReLUNet`, with effective weights $\operatorname{softplus}(r)$ (``mode=
     "softplus"``) or the stored, projected weights (``mode="project"``). ReLU+ networks are
     non-decreasing in every coordinate, convex and supermodular, hence cannot compute nor
     uniformly approximate $\max_i x_i$ (Bakaev et al. 2025, Theorem A; see `corner_floor`).
+
+    Random init: effective weights ``exp(0.5 N(0,1)) / fan_in`` (Hoedt & Klambauer 2023 spirit:
+    mean-positive, scaled by fan-in so activations do not blow up with depth).
 
     Attributes:
         weights_raw: raw weights, shapes ``(m_l, m_{l-1})``; `effective_weights` gives them.
@@ -411,36 +457,8 @@ class ReLUPlusNet(_ScalarReLUNetwork):
     biases: tuple[Array, ...]
     w_out_raw: Array
     c: Array
-    in_size: int = eqx.field(static=True)
-    widths: tuple[int, ...] = eqx.field(static=True)
-    mode: str = eqx.field(static=True)
-
-    def __init__(
-        self,
-        in_size: int,
-        widths: Sequence[int],
-        *,
-        key: PRNGKeyArray,
-        mode: str = "softplus",
-        dtype: Any = None,
-    ):
-        """Random init: effective weights ``exp(0.5 N(0,1)) / fan_in`` (Hoedt & Klambauer 2023
-        spirit: mean-positive, scaled by fan-in so activations do not blow up with depth).
-
-        Args:
-            in_size: input dimension n (int >= 1).
-            widths: hidden widths, each int >= 1, at least one hidden layer.
-            key: PRNG key.
-            mode: ``"softplus"`` or ``"project"`` (see module docstring).
-            dtype: parameter dtype (default: JAX's default float).
-        """
-        self.in_size = _check_int("in_size", in_size, 1)
-        self.widths = _check_widths(widths)
-        self.mode = _check_mode(mode)
-        dtype = _default_dtype(dtype)
-        self.weights_raw, self.biases, self.w_out_raw, self.c = _init_relu_plus(
-            key, self.in_size, self.widths, dtype, mode
-        )
+    _PARAMETERS = ("weights_raw", "biases", "w_out_raw", "c")
+    _random_init = staticmethod(_init_relu_plus)
 
     def effective_weights(self) -> tuple[tuple[Array, ...], Array]:
         """The non-negative weights actually used: ``(weights, w_out)``."""
@@ -511,7 +529,7 @@ class ReLUPlusNet(_ScalarReLUNetwork):
         )
 
 
-class ICNN(_ScalarReLUNetwork):
+class ICNN(_NonNegativeReLUNetwork):
     r"""Input-convex neural network with input skips (Amos et al. 2017), on one sample.
 
     $z_1 = \sigma(A_1 x + b_1)$, $z_l = \sigma(W_l z_{l-1} + A_l x + b_l)$ ($l = 2..L$),
@@ -520,6 +538,8 @@ class ICNN(_ScalarReLUNetwork):
     $a^\top x$ are not optional: without them $f$ is bounded below and cannot equal
     $\max_i x_i$. Computing $\max_i x_i$ exactly needs ``depth >= n`` (Bakaev et al. 2025,
     Theorem B); `icnn_max_exact` attains it.
+
+    Random init: He-normal ``A``, effective ``W, w ~ exp(0.5 N(0,1)) / fan_in``.
 
     Attributes:
         A: free input weights ``(m_l, n)``, one per hidden layer.
@@ -541,35 +561,8 @@ class ICNN(_ScalarReLUNetwork):
     w_raw: Array
     a: Array
     c: Array
-    in_size: int = eqx.field(static=True)
-    widths: tuple[int, ...] = eqx.field(static=True)
-    mode: str = eqx.field(static=True)
-
-    def __init__(
-        self,
-        in_size: int,
-        widths: Sequence[int],
-        *,
-        key: PRNGKeyArray,
-        mode: str = "softplus",
-        dtype: Any = None,
-    ):
-        """Random init: He-normal ``A``, effective ``W, w ~ exp(0.5 N(0,1)) / fan_in``.
-
-        Args:
-            in_size: input dimension n (int >= 1).
-            widths: hidden widths ``(m_1, ..., m_L)``, each int >= 1, L >= 1.
-            key: PRNG key.
-            mode: ``"softplus"`` or ``"project"`` (see module docstring).
-            dtype: parameter dtype (default: JAX's default float).
-        """
-        self.in_size = _check_int("in_size", in_size, 1)
-        self.widths = _check_widths(widths)
-        self.mode = _check_mode(mode)
-        dtype = _default_dtype(dtype)
-        self.A, self.b, self.W_raw, self.w_raw, self.a, self.c = _init_icnn(
-            key, self.in_size, self.widths, dtype, mode
-        )
+    _PARAMETERS = ("A", "b", "W_raw", "w_raw", "a", "c")
+    _random_init = staticmethod(_init_icnn)
 
     def effective_weights(self) -> tuple[tuple[Array, ...], Array]:
         """The non-negative weights actually used: ``(W_2..W_L, w)``."""
