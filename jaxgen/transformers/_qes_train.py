@@ -218,11 +218,11 @@ def _monitored(
     model: QESTransformer,
     batch: dict[str, Array],
     key: PRNGKeyArray,
-    state: dict[str, Array],
+    state: dict[str, Any],
     *,
     step: Any,
     cfg: QESConfig,
-) -> tuple[Float[Array, ""], dict[str, Array]]:
+) -> tuple[Float[Array, ""], dict[str, Any]]:
     """`qes_loss` for `fit`: the carried state counts suspects among poisoned samples."""
     loss, aux = qes_loss(model, batch, key, cfg=cfg, step=step)
     new = dict(state)

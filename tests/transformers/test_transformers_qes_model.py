@@ -29,7 +29,9 @@ from jaxgen.transformers import (
     restore,
     sample_lm,
     shutdown,
+    suspect_recall,
     token_nll,
+    train_qes,
     trainable_filter,
 )
 
@@ -184,6 +186,25 @@ def test_qes_loss_and_masked_training_step(setup):
     bad = eqx.tree_at(lambda m: m.routers[0].b, qes, jnp.full_like(qes.routers[0].b, jnp.nan))
     with pytest.raises(Exception, match="not finite"):
         jax.block_until_ready(step_fn(bad, state, batch, jnp.asarray(11)))
+
+
+def test_train_qes_through_fit_reports_recall(setup):
+    _, qes, _, _ = setup
+    x, y = make_task("reverse", 32, key=jr.key(5))
+    x, y, poisoned = poison(x, y, task="reverse", attack="rare_token", rate=0.125, key=jr.key(6))
+    res = train_qes(
+        qes,
+        backdoor_batches(x, y, 8, poisoned),
+        num_steps=3,
+        key=jr.key(7),
+        cfg=CFG,
+        steps_per_call=3,
+    )
+    assert res.losses.shape == (3,) and np.all(np.isfinite(res.losses))
+    assert set(res.state) == {"poisoned_seen", "poisoned_trimmed", "last"}
+    recall = suspect_recall(res)
+    assert np.isnan(recall) or 0.0 <= recall <= 1.0
+    np.testing.assert_array_equal(res.model.mask, qes.mask)
 
 
 def test_token_nll_accepts_qes(setup):
