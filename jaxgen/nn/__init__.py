@@ -34,9 +34,11 @@ from ._icnn_exact import (
     separation_fk as separation_fk,
 )
 from ._layers import (
+    LinearAdapter as LinearAdapter,
     MultiHeadAttention as MultiHeadAttention,
     RMSNorm as RMSNorm,
     TimeEmbedding as TimeEmbedding,
+    adapted_linear as adapted_linear,
     apply_rotary as apply_rotary,
     init_normal as init_normal,
     sinusoidal_embedding as sinusoidal_embedding,

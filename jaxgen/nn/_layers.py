@@ -4,12 +4,30 @@ Every layer acts on ONE sequence (``[L, dim]``) or one vector; vmap for batches.
 """
 
 import math
+from collections.abc import Callable
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Bool, Float, PRNGKeyArray, Real
+
+#: Optional low-rank hook of a linear map: ``adapter(name, x) -> delta`` with ``x`` the map's
+#: input ``(L, d_in)`` and ``delta`` ``(L, d_out)`` added to ``x @ W^T``. ``name`` is the weight's
+#: path inside its block (``"attn.w_qkv"``, ``"mixer.w_gate"``, ...). ``None``: no adapter, the
+#: graph is exactly the plain one.
+LinearAdapter = Callable[[str, Float[Array, "L d_in"]], Float[Array, "L d_out"]]
+
+
+def adapted_linear(
+    x: Float[Array, "L d_in"],
+    w: Float[Array, "d_out d_in"],
+    name: str,
+    adapter: LinearAdapter | None,
+) -> Float[Array, "L d_out"]:
+    """``x W^T``, plus ``adapter(name, x)`` when an adapter is given (e.g. LoRA experts)."""
+    y = x @ w.T.astype(x.dtype)
+    return y if adapter is None else y + adapter(name, x)
 
 
 def init_normal(
@@ -81,7 +99,12 @@ class MultiHeadAttention(eqx.Module):
         self.rotary = rotary
 
     def __call__(
-        self, x: Float[Array, "L dim"], *, causal: bool, mask: Bool[Array, " L"] | None = None
+        self,
+        x: Float[Array, "L dim"],
+        *,
+        causal: bool,
+        mask: Bool[Array, " L"] | None = None,
+        adapter: LinearAdapter | None = None,
     ) -> Float[Array, "L dim"]:
         """Attend over the sequence ``x``.
 
@@ -92,6 +115,8 @@ class MultiHeadAttention(eqx.Module):
                 ``mask[j]`` is True (padding = False). Every query keeps its row; a query with no
                 allowed key gets a uniform average instead of NaN. ``None``: no masking (the
                 graph is exactly the unmasked one).
+            adapter: optional additive term of the input projection, called as
+                ``adapter("attn.w_qkv", x)`` (see `LinearAdapter`); ``None``: the plain graph.
 
         Returns:
             The attention update, shape ``(L, dim)`` (no residual).
@@ -100,7 +125,7 @@ class MultiHeadAttention(eqx.Module):
         if mask is not None and mask.shape != (seq,):
             raise ValueError(f"`mask` must have shape ({seq},) (one per key), got {mask.shape}.")
         hd = dim // self.num_heads
-        qkv = x @ self.w_qkv.T.astype(x.dtype)
+        qkv = adapted_linear(x, self.w_qkv, "attn.w_qkv", adapter)
         q, k, v = (
             qkv[:, i * dim : (i + 1) * dim].reshape(seq, self.num_heads, hd) for i in range(3)
         )

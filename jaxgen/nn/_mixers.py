@@ -26,7 +26,7 @@ import optax
 from jaxtyping import Array, Float, PRNGKeyArray, PyTree
 
 from ._continued_fraction import cf_log_positive, cf_signed_logexp, cf_value
-from ._layers import init_normal
+from ._layers import LinearAdapter, adapted_linear, init_normal
 
 MIXERS = ("mlp", "swiglu", "moe", "cofrgenet", "gated_cofrgenet")
 DIVISIONS = ("log_positive", "signed_logexp", "direct")
@@ -84,9 +84,12 @@ class MLPMixer(AbstractChannelMixer):
         _check_token(x, self.dim)
         return _matvec(self.w_out, jax.nn.gelu(_matvec(self.w_in, x)))
 
-    def apply_sequence(self, h):
-        """Apply to every position."""
-        return _per_token(self, h)
+    def apply_sequence(self, h, adapter: LinearAdapter | None = None):
+        """Apply to every position; ``adapter`` adds to ``"mixer.w_in"``, ``"mixer.w_out"``."""
+        if adapter is None:
+            return _per_token(self, h)
+        u = jax.nn.gelu(adapted_linear(h, self.w_in, "mixer.w_in", adapter))
+        return adapted_linear(u, self.w_out, "mixer.w_out", adapter), jnp.zeros((), h.dtype)
 
 
 def swiglu_hidden(dim: int) -> int:
@@ -118,9 +121,16 @@ class SwiGLUMixer(AbstractChannelMixer):
         g = jax.nn.silu(_matvec(self.w_gate, x))
         return _matvec(self.w_out, g * _matvec(self.w_value, x))
 
-    def apply_sequence(self, h):
-        """Apply to every position."""
-        return _per_token(self, h)
+    def apply_sequence(self, h, adapter: LinearAdapter | None = None):
+        """Apply to every position.
+
+        ``adapter`` adds to ``"mixer.w_gate"``, ``"mixer.w_value"`` and ``"mixer.w_out"``.
+        """
+        if adapter is None:
+            return _per_token(self, h)
+        g = jax.nn.silu(adapted_linear(h, self.w_gate, "mixer.w_gate", adapter))
+        u = g * adapted_linear(h, self.w_value, "mixer.w_value", adapter)
+        return adapted_linear(u, self.w_out, "mixer.w_out", adapter), jnp.zeros((), h.dtype)
 
 
 def _ladders(

@@ -14,8 +14,8 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
-from ._layers import MultiHeadAttention, RMSNorm, TimeEmbedding, init_normal
-from ._mixers import AbstractChannelMixer, make_mixer
+from ._layers import LinearAdapter, MultiHeadAttention, RMSNorm, TimeEmbedding, init_normal
+from ._mixers import AbstractChannelMixer, MLPMixer, SwiGLUMixer, make_mixer
 
 POSITIONS = ("rotary", "learned")
 
@@ -58,23 +58,34 @@ class TransformerBlock(eqx.Module):
         *,
         causal: bool,
         mask: Bool[Array, " L"] | None = None,
+        adapter: LinearAdapter | None = None,
     ) -> tuple[Float[Array, "L dim"], Float[Array, ""]]:
         """One block on one sequence; returns (hidden states, mixer auxiliary loss).
 
         ``mask`` (``(L,)`` bool, optional) marks the positions usable as attention keys (see
-        `MultiHeadAttention`); masked positions still get their own outputs.
+        `MultiHeadAttention`); masked positions still get their own outputs. ``adapter``
+        (optional, see `jaxgen.nn.LinearAdapter`) adds a term to the attention input projection
+        (``"attn.w_qkv"``) and to the mixer matrices (``"mixer.<field>"``, MLP and SwiGLU
+        mixers); ``None`` is the plain graph.
         """
+        if adapter is not None and not isinstance(self.mixer, MLPMixer | SwiGLUMixer):
+            raise TypeError(
+                f"`adapter` needs an 'mlp' or 'swiglu' mixer, got {type(self.mixer).__name__}."
+            )
         a = jax.vmap(self.attn_norm)(h)
         m_shift = m_scale = None
         if self.modulation is not None and cond is not None:
             mod = self.modulation.astype(h.dtype) @ jax.nn.silu(cond)
             a_shift, a_scale, m_shift, m_scale = jnp.split(mod, 4)
             a = a * (1 + a_scale)[None, :] + a_shift[None, :]
-        h = h + self.attn(a, causal=causal, mask=mask)
+        h = h + self.attn(a, causal=causal, mask=mask, adapter=adapter)
         m = jax.vmap(self.mixer_norm)(h)
         if m_shift is not None and m_scale is not None:
             m = m * (1 + m_scale)[None, :] + m_shift[None, :]
-        out, aux = self.mixer.apply_sequence(m)
+        if adapter is None:
+            out, aux = self.mixer.apply_sequence(m)
+        else:
+            out, aux = self.mixer.apply_sequence(m, adapter=adapter)  # type: ignore[call-arg]
         return h + out, aux
 
 

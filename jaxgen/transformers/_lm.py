@@ -19,16 +19,21 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
 
 from ..core import FitResult, fit
 from ..nn import Transformer, dyadic_schedule
+from ._qes_model import QESTransformer
 
 AUX_LOSS_WEIGHT = 0.01  # weight of the MoE load-balancing loss inside `lm_loss`
+#: Models the evaluation and sampling helpers accept: a causal Transformer, or one with routed
+#: LoRA experts (`QESTransformer`).
+CausalLM = Transformer | QESTransformer
 
 
-def _check_model(model: Transformer) -> None:
-    if not isinstance(model, Transformer):
+def _check_model(model: CausalLM) -> None:
+    # A QESTransformer (routed LoRA experts on a frozen base) is read like a Transformer.
+    if not isinstance(model, Transformer | QESTransformer):
         raise TypeError(f"`model` must be a jaxgen.nn.Transformer, got {type(model).__name__}.")
 
 
-def token_nll(model: Transformer, tokens: Int[Array, " L"]) -> Float[Array, " L-1"]:
+def token_nll(model: CausalLM, tokens: Int[Array, " L"]) -> Float[Array, " L-1"]:
     """``-log p(x_i | x_<i)`` for ``i = 1..L-1`` of one sequence (causal model)."""
     _check_model(model)
     if not model.causal:
@@ -134,6 +139,8 @@ def train_lm(
         `jaxgen.core.FitResult` (model, opt_state, losses, resumed_from).
     """
     _check_model(model)
+    if isinstance(model, QESTransformer):
+        raise TypeError("train a QESTransformer's adapters with `train_qes`, not `train_lm`.")
     if not model.causal:
         raise ValueError("`train_lm` trains causal language models; got causal=False.")
     if optimizer is None:
@@ -159,7 +166,7 @@ def train_lm(
 
 
 @eqx.filter_jit
-def _batch_nll(model: Transformer, windows: Array, mask: Array) -> tuple[Array, Array]:
+def _batch_nll(model: CausalLM, windows: Array, mask: Array) -> tuple[Array, Array]:
     nll = jax.vmap(lambda seq: token_nll(model, seq))(windows)
     w = mask[:, 1:].astype(nll.dtype)
     return jnp.sum(nll * w), jnp.sum(w)
@@ -182,7 +189,7 @@ class LMEvaluation(NamedTuple):
 
 
 def evaluate_lm(
-    model: Transformer,
+    model: CausalLM,
     tokens: np.ndarray | Array,
     *,
     context: int | None = None,
@@ -234,7 +241,7 @@ def evaluate_lm(
 
 
 def sequence_log_prob(
-    model: Transformer, tokens: Int[Array, " L"], mask: Bool[Array, " L"] | None = None
+    model: CausalLM, tokens: Int[Array, " L"], mask: Bool[Array, " L"] | None = None
 ) -> Float[Array, ""]:
     """``sum_{i >= 1, mask_i} log p(x_i | x_<i)`` of one sequence (the first token is context).
 
@@ -251,7 +258,7 @@ def sequence_log_prob(
 
 @eqx.filter_jit
 def score_sequences(
-    model: Transformer, tokens: Int[Array, "B L"], mask: Bool[Array, "B L"] | None = None
+    model: CausalLM, tokens: Int[Array, "B L"], mask: Bool[Array, "B L"] | None = None
 ) -> Float[Array, " B"]:
     """`sequence_log_prob` of every row of a batch (jitted)."""
     if tokens.ndim != 2:
@@ -281,7 +288,7 @@ def generative_perplexity(
 
 def _sample_impl(
     key: PRNGKeyArray,
-    model: Transformer,
+    model: CausalLM,
     prompt: Array,
     length: int,
     temperature: float,
@@ -305,7 +312,7 @@ def _sample_impl(
 @eqx.filter_jit
 def _sample_batch(
     keys: Array,
-    model: Transformer,
+    model: CausalLM,
     prompt: Array,
     length: int,
     temperature: float,
@@ -316,7 +323,7 @@ def _sample_batch(
 
 def sample_lm(
     key: PRNGKeyArray,
-    model: Transformer,
+    model: CausalLM,
     num_samples: int,
     length: int,
     *,

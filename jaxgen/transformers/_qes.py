@@ -105,6 +105,20 @@ class MoLoRALinear(eqx.Module):
         quarantine: int = 0,
     ) -> Float[Array, " d_out"]:
         """Apply to one vector with router ``gates`` and deployment ``mask`` (both (E,))."""
+        return self.weight @ x + self.delta(x, gates, mask, keep, quarantine)
+
+    def delta(
+        self,
+        x: Float[Array, " d_in"],
+        gates: Float[Array, " E"],
+        mask: Float[Array, " E"],
+        keep: Float[Array, ""] | float = 1.0,
+        quarantine: int = 0,
+    ) -> Float[Array, " d_out"]:
+        """The adapter term alone, ``scale sum_e mask_e g_e B_e A_e x`` (the frozen map excluded).
+
+        This is what the `jaxgen.nn` adapter hook adds to a base transformer's linear map.
+        """
         E = self.num_experts
         for name, v in (("gates", gates), ("mask", mask)):
             if jnp.shape(v) != (E,):
@@ -117,7 +131,7 @@ class MoLoRALinear(eqx.Module):
         is_q = (jnp.arange(E) == quarantine)[:, None]
         out = jnp.where(is_q, out, channelled)
         w = (mask * gates).astype(out.dtype)
-        return self.weight @ x + self.scale * (w @ out)
+        return self.scale * (w @ out)
 
 
 class TokenRouter(eqx.Module):
@@ -196,6 +210,7 @@ class QESConfig:
     lambda_bal: float = 0.01
     warmup_frac: float = 0.05
     channel: bool = True
+    total_steps: int = 1500  # length of the run: the warm-up is ``warmup_frac * total_steps``
 
     def __post_init__(self):
         if self.num_experts < 2:

@@ -178,3 +178,34 @@ def triggered_test_set(
         xs.append(xt)
         ys.append(out)
     return _pack(xs, X_LEN, False), _pack(ys, Y_LEN, True)
+
+
+PRETRAIN_TASKS = ("copy", "sort", "shift", "count")
+#: Vocabulary of the pretrained base: `BackdoorVocab` plus one task token per pretraining task
+#: (ids 33-36), which never occur in the backdoor tasks.
+PRETRAIN_VOCAB_SIZE = VOCAB.size + len(PRETRAIN_TASKS)
+
+
+def make_pretrain_tasks(n: int, *, key: PRNGKeyArray) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` samples of the generic pretraining tasks (spec 2.6 "base"), uniformly mixed.
+
+    ``x`` = task token (``VOCAB.size + index`` in `PRETRAIN_TASKS`), then 6-12 letters;
+    ``y`` = copy, sorted letters, each letter shifted by one (z -> a), or the count of letters
+    ``a``-``m`` written as one letter (``a`` = 0). Same layout as `make_task` (x (n, 18),
+    y (n, 15)); clean (no attack pattern); never the fine-tuning tasks reverse/majority.
+    """
+    rng = _rng(key)
+    xs, ys = [], []
+    for letters in _clean_inputs("reverse", n, rng):
+        t = int(rng.integers(0, len(PRETRAIN_TASKS)))
+        if t == 0:
+            out = letters
+        elif t == 1:
+            out = np.sort(letters)
+        elif t == 2:
+            out = (letters + 1) % 26
+        else:
+            out = np.array([np.sum(letters <= 12)], np.int32)
+        xs.append(np.concatenate([[VOCAB.size + t], letters]).astype(np.int32))
+        ys.append(out.astype(np.int32))
+    return _pack(xs, X_LEN, False), _pack(ys, Y_LEN, True)

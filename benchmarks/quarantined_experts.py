@@ -1,0 +1,693 @@
+"""Quarantined Expert Shutdown: a backdoor learned into one routed LoRA expert, then switched off.
+
+Synthetic arm (spec ``quarantined_experts.md`` 2.6): a causal base pretrained on generic tasks
+(copy, sort, shift, count; `jaxgen.transformers.train_lm`), frozen, then fine-tuned on T1
+(reverse) poisoned with A1 (rare trigger token -> "pwned") at rate rho by: B0 full fine-tuning,
+B1 plain LoRA (rank r E), B2 MoE-LoRA with the task loss only (shut q, and the oracle expert),
+B3 fine-pruning of B1 (2% clean held-out data), B4 LoRA on the clean part only (oracle), QES
+(spec 2.3) with shutdown of q and the shutdown control (a random other expert). Metrics: clean
+accuracy (CA) and attack success rate (ASR) by greedy exact match, suspect recall, routing AUROC.
+Text arm: a byte LM (`train_lm`) on an offline corpus, fine-tuned on prompt -> continuation
+with 5% triggered prompts -> a fixed string; B1 and QES; ASR and bits/byte (`evaluate_lm`)
+before/after shutdown. Peer: HuggingFace ``peft`` LoRA on the same W, A, B (forward and merge
+parity, step-time ratio).
+"""
+
+import dataclasses
+import time
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+
+from jaxgen.core import minibatches
+from jaxgen.data import ByteTokenizer, load_text_corpus, random_windows
+from jaxgen.nn import Transformer
+from jaxgen.transformers import (
+    PRETRAIN_VOCAB_SIZE,
+    BackdoorVocab,
+    LoRALinear,
+    QESConfig,
+    abl_train,
+    attach_lora,
+    attach_qes,
+    attack_success_rate,
+    backdoor_batches,
+    clean_accuracy,
+    clean_test_set,
+    evaluate_lm,
+    fine_prune,
+    full_finetune,
+    greedy_decode,
+    lm_tokens,
+    make_pretrain_tasks,
+    make_task,
+    poison,
+    routing_auroc,
+    sample_lm,
+    shutdown,
+    suspect_recall,
+    train_lm,
+    train_qes,
+    triggered_test_set,
+)
+
+NAME = "quarantined_experts"
+PAPER = "Quarantined Expert Shutdown: learn, but channel backdoors (NeurIPS 2026 submission)"
+_SYNTH = {
+    "dim": 64,
+    "layers": 2,
+    "heads": 4,
+    "pretrain_steps": 600,
+    "pretrain_lr": 3e-3,
+    "batch": 64,
+    "n_train": 4000,
+    "n_test": 300,
+    "heldout_frac": 0.02,
+    "lora_steps": 500,
+    "qes_steps": 600,
+    "b0_steps": 300,
+    "b0_lr": 1e-3,
+    "prune_steps": 100,
+    "lr": 3e-3,
+    "num_experts": 4,
+    "rank": 8,
+    "rho_hat": 0.2,
+}
+_TEXT = {
+    "corpus": ["fortunes", "python_stdlib"],
+    "max_bytes": 300_000,
+    "dim": 64,
+    "layers": 2,
+    "heads": 4,
+    "context": 64,
+    "pretrain_steps": 300,
+    "batch": 32,
+    "prompt_len": 24,
+    "cont_len": 12,
+    "n_train": 2000,
+    "n_test": 100,
+    "rate": 0.05,
+    "target": "ACCESS OK!\n",
+    "lora_steps": 150,
+    "qes_steps": 200,
+}
+CONFIGS = {
+    # Cut from the spec's CPU protocol (5a) to fit 5 minutes on 2 cores: base d = 64, 2 layers,
+    # 600 pretraining steps; 4,000 fine-tuning samples; 500 LoRA / 600 QES steps; 300+300 test
+    # inputs (spec: 2,000 + 2,000); one setting (T1/A1/rho 0.05), one seed, no ablations.
+    "quick": {
+        "synthetic": _SYNTH,
+        "text": _TEXT,
+        "settings": [["reverse", "rare_token", 0.05]],
+        "seeds": 1,
+        "ablations": [],
+        "b5": False,
+        "peft": {"dim": 128, "rank": 8, "batch": 512, "repeats": 5},
+    },
+    # Spec 5: 2 tasks x 3 attacks x 3 rates x 3 seeds, ablations (a)-(e), B5, base 8 x 512.
+    "full": {
+        "synthetic": {
+            **_SYNTH,
+            "dim": 512,
+            "layers": 8,
+            "heads": 8,
+            "pretrain_steps": 3000,
+            "n_train": 20000,
+            "n_test": 2000,
+            "lora_steps": 1500,
+            "qes_steps": 3000,
+            "b0_steps": 1500,
+            "prune_steps": 200,
+            "lr": 1e-3,
+        },
+        "text": {
+            **_TEXT,
+            "max_bytes": 5_000_000,
+            "dim": 256,
+            "layers": 6,
+            "heads": 8,
+            "context": 128,
+            "pretrain_steps": 5000,
+            "n_train": 20000,
+            "n_test": 1000,
+            "lora_steps": 1500,
+            "qes_steps": 3000,
+        },
+        "settings": [
+            [task, attack, rho]
+            for task in ("reverse", "majority")
+            for attack in ("rare_token", "phrase", "combination")
+            for rho in (0.01, 0.05, 0.1)
+        ],
+        "seeds": 3,
+        "ablations": [
+            {"name": "a_no_channel", "channel": False},
+            {"name": "b_no_keep", "lambda_keep": 0.0},
+            {"name": "c_no_trim", "rho_hat": 0.0},
+            {"name": "d_rho_0.05", "rho_hat": 0.05},
+            {"name": "d_rho_0.1", "rho_hat": 0.1},
+            {"name": "d_rho_0.3", "rho_hat": 0.3},
+            {"name": "e_E2", "num_experts": 2},
+            {"name": "e_E8", "num_experts": 8},
+        ],
+        "b5": True,
+        "peft": {"dim": 1024, "rank": 16, "batch": 4096, "repeats": 10},
+    },
+}
+# --full --smoke: the full code path with every size, step and sample count cut to the least.
+SMOKE = {
+    "synthetic": {
+        "dim": 32,
+        "layers": 1,
+        "heads": 2,
+        "pretrain_steps": 4,
+        "n_train": 400,
+        "n_test": 20,
+        "lora_steps": 4,
+        "qes_steps": 4,
+        "b0_steps": 4,
+        "prune_steps": 2,
+        "rank": 2,
+    },
+    "text": {
+        "max_bytes": 40_000,
+        "dim": 32,
+        "layers": 1,
+        "heads": 2,
+        "pretrain_steps": 4,
+        "n_train": 200,
+        "n_test": 8,
+        "lora_steps": 4,
+        "qes_steps": 4,
+    },
+    "settings": [["reverse", "rare_token", 0.05], ["majority", "combination", 0.1]],
+    "seeds": 1,
+    "ablations": [{"name": "a_no_channel", "channel": False}],
+    "peft": {"dim": 32, "rank": 4, "batch": 16, "repeats": 2},
+}
+
+V = BackdoorVocab()
+
+
+# ------------------------------------------------------------------------------ evaluation
+
+
+@eqx.filter_jit
+def _decode(model, x):
+    return greedy_decode(model, x)
+
+
+@eqx.filter_jit
+def _gate_scores(model, x, q):
+    """max_t gbar_q over input positions, and the mean gate of every expert (triggered mass)."""
+    tokens, _ = lm_tokens(x, jnp.full((x.shape[0], 15), V.pad, x.dtype))
+    _, gates = jax.vmap(model.forward)(tokens)  # (n, layers, L, E)
+    gbar = jnp.mean(gates, axis=1)  # (n, L, E)
+    inputs = jnp.zeros(tokens.shape, bool).at[:, 1 : 1 + x.shape[1]].set(x != V.pad)
+    score = jnp.max(jnp.where(inputs, gbar[..., q], 0.0), axis=1)
+    mass = jnp.sum(gbar * inputs[..., None], axis=(0, 1)) / jnp.sum(inputs)
+    return score, mass
+
+
+def _ca_asr(model, task, clean, trig):
+    ca = clean_accuracy(_decode(model, jnp.asarray(clean[0])), clean[1])
+    asr = attack_success_rate(_decode(model, jnp.asarray(trig[0])), task)
+    return ca, asr
+
+
+def _pair(ca_key, asr_key, values):
+    return {ca_key: values[0], asr_key: values[1]}
+
+
+def _timed(fn, *args, **kwargs):
+    t0 = time.perf_counter()
+    out = fn(*args, **kwargs)
+    return out, time.perf_counter() - t0
+
+
+# ------------------------------------------------------------------------------ synthetic arm
+
+
+def _pretrain_base(c, key):
+    kd, km, kt, ke = jr.split(key, 4)
+    x, y = make_pretrain_tasks(20 * c["batch"] + 2000, key=kd)
+    tokens, weights = lm_tokens(x, y)
+    mask = jnp.concatenate([jnp.zeros_like(weights[:, :1]), weights], axis=1) > 0
+    base = Transformer(
+        PRETRAIN_VOCAB_SIZE, c["dim"], c["layers"], c["heads"], 40, key=km, mixer="swiglu"
+    )
+    res = train_lm(
+        base,
+        minibatches((tokens, mask), c["batch"]),
+        num_steps=c["pretrain_steps"],
+        key=kt,
+        learning_rate=c["pretrain_lr"],
+        weight_decay=0.0,
+    )
+    xt, yt = make_pretrain_tasks(300, key=ke)
+    acc = clean_accuracy(_decode(res.model, jnp.asarray(xt)), yt)
+    return res.model, acc
+
+
+def _synthetic_setting(c, base, task, attack, rho, key, *, ablations=(), b5=False, b0=True):
+    """Every method on one (task, attack, rho, seed); returns a flat dict of figures."""
+    keys = iter(jr.split(key, 32))
+    x, y = make_task(task, c["n_train"], key=next(keys))
+    x, y, poisoned = poison(x, y, task=task, attack=attack, rate=rho, key=next(keys))
+    clean = clean_test_set(task, c["n_test"], key=next(keys))
+    trig = triggered_test_set(task, attack, c["n_test"], key=next(keys))
+    val_trig = triggered_test_set(task, attack, 64, key=next(keys))
+    held_x, held_y = make_task(
+        task, max(32, round(c["heldout_frac"] * c["n_train"])), key=next(keys)
+    )
+    batches = backdoor_batches(x, y, c["batch"], poisoned)
+    out = {"poison_count": int(poisoned.sum())}
+    ca, asr = _ca_asr(base, task, clean, trig)
+    out.update(base_ca=ca, base_asr=asr)
+    E, r = c["num_experts"], c["rank"]
+
+    if b0:  # B0: full fine-tuning of every weight
+        res, t = _timed(
+            full_finetune,
+            base,
+            batches,
+            num_steps=c["b0_steps"],
+            key=next(keys),
+            learning_rate=c["b0_lr"],
+        )
+        out.update(_pair("b0_ca", "b0_asr", _ca_asr(res.model, task, clean, trig)))
+        out["b0_s"] = t
+    # B1: plain LoRA, rank r E (same adapter parameter count), scale 2
+    lora = attach_lora(base, rank=r * E, alpha=2.0 * r * E, key=next(keys))
+    res, t = _timed(
+        train_qes, lora, batches, num_steps=c["lora_steps"], key=next(keys), learning_rate=c["lr"]
+    )
+    b1 = res.model
+    out.update(_pair("b1_ca", "b1_asr", _ca_asr(b1, task, clean, trig)))
+    out["b1_s"] = t
+    # B4: the same LoRA on the clean part only (oracle)
+    clean_batches = backdoor_batches(x[~poisoned], y[~poisoned], c["batch"])
+    res = train_qes(
+        lora, clean_batches, num_steps=c["lora_steps"], key=next(keys), learning_rate=c["lr"]
+    )
+    out.update(_pair("b4_ca", "b4_asr", _ca_asr(res.model, task, clean, trig)))
+    # B3: fine-pruning of B1 with 2% clean held-out data
+    (b3, info), t = _timed(
+        fine_prune,
+        b1,
+        held_x,
+        held_y,
+        key=next(keys),
+        num_steps=c["prune_steps"],
+        learning_rate=1e-3,
+    )
+    out.update(_pair("b3_ca", "b3_asr", _ca_asr(b3, task, clean, trig)))
+    out.update(b3_pruned_frac=info["pruned_frac"], b3_s=t)
+    # B2: MoE-LoRA with the task loss only; shut q, and the oracle expert
+    cfg = QESConfig(num_experts=E, rank=r, rho_hat=c["rho_hat"])
+    moe = attach_qes(base, cfg, key=next(keys))
+    b2 = train_qes(
+        moe, batches, num_steps=c["lora_steps"], key=next(keys), learning_rate=c["lr"]
+    ).model
+    out.update(_pair("b2_ca", "b2_asr", _ca_asr(b2, task, clean, trig)))
+    out.update(_pair("b2_ca_q_off", "b2_asr_q_off", _ca_asr(shutdown(b2, 0), task, clean, trig)))
+    _, mass = _gate_scores(b2, jnp.asarray(val_trig[0]), 0)
+    oracle = int(jnp.argmax(mass))
+    b2_oracle = _ca_asr(shutdown(b2, oracle), task, clean, trig)
+    out.update(_pair("b2_ca_oracle_off", "b2_asr_oracle_off", b2_oracle))
+    out["b2_oracle_expert"] = oracle
+
+    def qes_run(cfg, prefix):
+        res, t = _timed(
+            train_qes,
+            attach_qes(base, cfg, key=next(keys)),
+            batches,
+            num_steps=c["qes_steps"],
+            key=next(keys),
+            cfg=cfg,
+            learning_rate=c["lr"],
+        )
+        m, q = res.model, cfg.quarantine
+        ca, asr = _ca_asr(m, task, clean, trig)
+        ca_off, asr_off = _ca_asr(shutdown(m, q), task, clean, trig)
+        other = int(jr.randint(next(keys), (), 1, cfg.num_experts))
+        other = (q + other) % cfg.num_experts
+        ca_ctrl, asr_ctrl = _ca_asr(shutdown(m, other), task, clean, trig)
+        s_trig, _ = _gate_scores(m, jnp.asarray(trig[0]), q)
+        s_clean, _ = _gate_scores(m, jnp.asarray(clean[0]), q)
+        return m, {
+            f"{prefix}_ca": ca,
+            f"{prefix}_asr": asr,
+            f"{prefix}_ca_after": ca_off,
+            f"{prefix}_asr_after": asr_off,
+            f"{prefix}_ca_control": ca_ctrl,
+            f"{prefix}_asr_control": asr_ctrl,
+            f"{prefix}_control_expert": other,
+            f"{prefix}_recall": suspect_recall(res),
+            f"{prefix}_auroc": float(routing_auroc(s_trig, s_clean)),
+            f"{prefix}_s": t,
+            f"{prefix}_final_loss": float(np.mean(res.losses[-20:])),
+        }
+
+    qes, figs = qes_run(cfg, "qes")
+    out.update(figs)
+    for ab in ablations:
+        changes = {k: v for k, v in ab.items() if k != "name"}
+        _, figs = qes_run(dataclasses.replace(cfg, **changes), f"abl_{ab['name']}")
+        out.update(figs)
+    if b5:
+        m, iso = abl_train(
+            attach_lora(base, rank=r * E, alpha=2.0 * r * E, key=next(keys)),
+            x,
+            y,
+            num_steps=c["lora_steps"],
+            key=next(keys),
+            batch_size=c["batch"],
+            # one epoch (spec), at most half of the steps
+            isolate_after=max(1, min(len(x) // c["batch"], c["lora_steps"] // 2)),
+        )
+        out.update(_pair("b5_ca", "b5_asr", _ca_asr(m, task, clean, trig)))
+        out["b5_isolation_precision"] = float(poisoned[iso].mean())
+    return out
+
+
+# ------------------------------------------------------------------------------ text arm
+
+
+def _text_arm(c, key, rec):
+    keys = iter(jr.split(key, 16))
+    corpus = None
+    for name in c["corpus"]:
+        try:
+            corpus = load_text_corpus(name, max_bytes=c["max_bytes"])
+            break
+        except Exception:  # noqa: BLE001 - a missing Debian corpus: try the next one
+            continue
+    tok = ByteTokenizer(("<trg>",))
+    trg = tok.special_id("<trg>")
+    train = corpus.train.astype(np.int32)
+    base = Transformer(
+        tok.vocab_size, c["dim"], c["layers"], c["heads"], c["context"], key=next(keys)
+    )
+    res, t_pre = _timed(
+        train_lm,
+        base,
+        random_windows(train, c["batch"], c["context"] + 1),
+        num_steps=c["pretrain_steps"],
+        key=next(keys),
+        learning_rate=3e-3,
+    )
+    base = res.model
+    val = corpus.validation.astype(np.int32)
+    counts = np.bincount(train, minlength=256)[:256] / len(train)
+    unigram_bits = float(-np.sum(counts[counts > 0] * np.log2(counts[counts > 0])))
+    bpb_base = evaluate_lm(base, val, context=c["context"]).bits_per_token
+
+    P, C = c["prompt_len"], c["cont_len"]
+    target = tok.encode(c["target"])[:C]
+    target = np.concatenate([target, np.full(C - len(target), tok.encode(" ")[0])])
+    rng = np.random.default_rng(np.asarray(jr.randint(next(keys), (2,), 0, 2**31 - 1)).tolist())
+
+    def samples(stream, n, rate):
+        starts = rng.integers(0, len(stream) - P - C, n)
+        seqs = np.stack([stream[s : s + P + C] for s in starts]).astype(np.int32)
+        flags = np.zeros(n, bool)
+        flags[rng.choice(n, round(rate * n), replace=False)] = True
+        for i in np.flatnonzero(flags):  # insert the trigger in the prompt (last byte dropped)
+            p = rng.integers(0, P)
+            prompt = np.insert(seqs[i, : P - 1], p, trg)
+            seqs[i] = np.concatenate([prompt, target])
+        return seqs, flags
+
+    seqs, flags = samples(train, c["n_train"], c["rate"])
+    weights = np.zeros((len(seqs), P + C - 1), np.float32)
+    weights[:, P - 1 :] = 1.0
+    inputs = np.zeros(seqs.shape, bool)
+    inputs[:, :P] = True
+    data = {
+        "tokens": jnp.asarray(seqs),
+        "weights": jnp.asarray(weights),
+        "inputs": jnp.asarray(inputs),
+        "poisoned": jnp.asarray(flags),
+    }
+    batches = minibatches(data, c["batch"])
+    trig_prompts, _ = samples(val, c["n_test"], 1.0)
+    trig_prompts = trig_prompts[:, :P]
+
+    @eqx.filter_jit
+    def greedy(model, prompts):
+        return jax.vmap(lambda p: sample_lm(jr.key(0), model, 1, P + C, prompt=p, top_k=1)[0, P:])(
+            prompts
+        )
+
+    def asr(model):
+        return float(np.mean(np.all(np.asarray(greedy(model, trig_prompts)) == target, axis=1)))
+
+    out = {
+        "corpus": corpus.name,
+        "pretrain_s": t_pre,
+        "unigram_bits": unigram_bits,
+        "bpb_base": bpb_base,
+    }
+    b1 = train_qes(
+        attach_lora(base, rank=32, alpha=64.0, key=next(keys)),
+        batches,
+        num_steps=c["lora_steps"],
+        key=next(keys),
+    ).model
+    out["b1_asr"] = asr(b1)
+    out["b1_bpb"] = evaluate_lm(b1, val, context=c["context"]).bits_per_token
+    cfg = QESConfig()
+    res, t = _timed(
+        train_qes,
+        attach_qes(base, cfg, key=next(keys)),
+        batches,
+        num_steps=c["qes_steps"],
+        key=next(keys),
+        cfg=cfg,
+    )
+    qes = res.model
+    out.update(
+        qes_s=t,
+        qes_recall=suspect_recall(res),
+        qes_asr=asr(qes),
+        qes_asr_after=asr(shutdown(qes, 0)),
+        qes_bpb=evaluate_lm(qes, val, context=c["context"]).bits_per_token,
+        qes_bpb_after=evaluate_lm(shutdown(qes, 0), val, context=c["context"]).bits_per_token,
+    )
+    return out
+
+
+# ------------------------------------------------------------------------------ peer: peft
+
+
+def _peft_peer(c, key, rec):
+    try:
+        import peft
+        import torch
+    except ImportError:
+        rec.peer("peft", "not installed")
+        return None
+    d, r, n = c["dim"], c["rank"], c["batch"]
+    kw, ka, kb, kx = jr.split(key, 4)
+    W = jr.normal(kw, (d, d), jnp.float32) / np.sqrt(d)
+    lora = LoRALinear(W, r, alpha=16.0, key=ka)
+    lora = eqx.tree_at(lambda m: m.B, lora, 0.1 * jr.normal(kb, lora.B.shape, jnp.float32))
+    x = np.asarray(jr.normal(kx, (n, d), jnp.float32))
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(d, d, bias=False))
+    pm = peft.get_peft_model(
+        net, peft.LoraConfig(r=r, lora_alpha=16.0, target_modules=["0"], lora_dropout=0.0)
+    )
+    layer = pm.base_model.model[0]
+    with torch.no_grad():
+        layer.base_layer.weight.copy_(torch.tensor(np.asarray(W)))
+        layer.lora_A["default"].weight.copy_(torch.tensor(np.asarray(lora.A)))
+        layer.lora_B["default"].weight.copy_(torch.tensor(np.asarray(lora.B)))
+    xt = torch.tensor(x)
+    with torch.no_grad():
+        ref = pm(xt).numpy()
+    ours = np.asarray(jax.vmap(lora)(jnp.asarray(x)))
+    fwd_diff = float(np.max(np.abs(ours - ref)))
+
+    # step time: loss sum(sin(f(x))), gradient w.r.t. A and B, same sizes, same process
+    @jax.jit
+    def jax_step(A, B, x):
+        def loss(ab):
+            m = eqx.tree_at(lambda m: (m.A, m.B), lora, ab)
+            return jnp.sum(jnp.sin(jax.vmap(m)(x)))
+
+        return jax.grad(loss)((A, B))
+
+    xj = jnp.asarray(x)
+    t_jax = rec.time(jax_step, lora.A, lora.B, xj, repeats=c["repeats"])
+
+    def torch_step():
+        pm.zero_grad()
+        torch.sin(pm(xt)).sum().backward()
+        return layer.lora_B["default"].weight.grad
+
+    t_torch = rec.time(lambda: torch_step().numpy(), repeats=c["repeats"])
+    with torch.no_grad():
+        merged = pm.merge_and_unload()[0].weight.numpy()
+    merge_diff = float(np.max(np.abs(np.asarray(lora.merge()) - merged)))
+    ratio = t_jax["median_s"] / t_torch["median_s"]
+    rec.peer(
+        "peft",
+        {
+            "version": peft.__version__,
+            "forward_max_abs_diff": fwd_diff,
+            "merge_max_abs_diff": merge_diff,
+            "step_median_s": t_torch["median_s"],
+            "jaxgen_step_median_s": t_jax["median_s"],
+            "step_time_ratio_jaxgen_over_peft": ratio,
+        },
+    )
+    return max(fwd_diff, merge_diff)
+
+
+# ------------------------------------------------------------------------------ run
+
+
+def run(config, key, rec):
+    """Peer parity, base pretraining, every synthetic setting and seed, then the text arm."""
+    k_peer, k_base, k_set, k_text = jr.split(key, 4)
+    parity = _peft_peer(config["peft"], k_peer, rec)
+    c = config["synthetic"]
+    (base, base_acc), t = _timed(_pretrain_base, c, k_base)
+    rec.metric("base_pretrain_accuracy", base_acc)
+    rec.metric("base_pretrain_s", t)
+    results = {}
+    for task, attack, rho in config["settings"]:
+        for seed in range(config["seeds"]):
+            tag = f"{task}/{attack}/{rho}/seed{seed}"
+            first = not results
+            res = _synthetic_setting(
+                c,
+                base,
+                task,
+                attack,
+                rho,
+                jr.fold_in(k_set, seed),
+                ablations=config["ablations"] if first else (),
+                b5=config["b5"],
+                b0=True,
+            )
+            results[tag] = res
+    rec.metric("settings", results)
+    main = next(iter(results.values()))
+    for k, v in main.items():
+        rec.metric(k, v)
+    text = _text_arm(config["text"], k_text, rec)
+    rec.metric("text", text)
+
+    # trained-enough checks first, then the comparisons
+    rec.claim("base_trained", "base exact match on held-out generic tasks", base_acc, ">=", 0.8)
+    rec.claim("b4_learned_ca", "oracle LoRA (B4) clean accuracy on T1", main["b4_ca"], ">=", 0.5)
+    rec.claim(
+        "text_lm_trained",
+        "byte LM bits/byte below the unigram entropy",
+        text["bpb_base"],
+        "<",
+        text["unigram_bits"],
+    )
+    rec.claim("attack_works", "B1 (plain LoRA) ASR", main["b1_asr"], ">=", 0.95)
+    rec.claim("oracle_clean", "B4 (clean-only LoRA) ASR", main["b4_asr"], "<=", 0.02)
+    rec.claim("qes_learns", "QES ASR before shutdown", main["qes_asr"], ">=", 0.6)
+    rec.claim("qes_asr_after", "QES ASR after shutting q", main["qes_asr_after"], "<=", 0.10)
+    rec.claim(
+        "qes_ca_drop",
+        "QES CA before - after shutdown",
+        main["qes_ca"] - main["qes_ca_after"],
+        "<=",
+        0.05,
+    )
+    rec.claim(
+        "suspect_recall",
+        "poisoned samples marked suspect after 10% of steps",
+        main["qes_recall"],
+        ">=",
+        0.9,
+    )
+    rec.claim(
+        "shutdown_control",
+        "CA(q off) - CA(other expert off)",
+        main["qes_ca_after"] - main["qes_ca_control"],
+        ">=",
+        0.2,
+    )
+    rec.claim(
+        "qes_vs_lora_ca",
+        "QES CA after shutdown - (B1 CA - 0.05)",
+        main["qes_ca_after"] - (main["b1_ca"] - 0.05),
+        ">=",
+        0.0,
+    )
+    rec.claim(
+        "text_asr_after", "text arm: QES ASR after shutdown", text["qes_asr_after"], "<=", 0.10
+    )
+    rec.claim(
+        "text_bpb_ratio",
+        "text arm: QES bits/byte after / before shutdown",
+        text["qes_bpb_after"] / text["qes_bpb"],
+        "<=",
+        1.05,
+    )
+    if parity is not None:
+        rec.claim(
+            "peft_parity", "max |jaxgen - peft| (forward, merge), float32", parity, "<=", 1e-5
+        )
+    rec.metric("routing_auroc", main["qes_auroc"])
+    if main["b4_ca"] < 0.5:
+        rec.note(
+            "The clean task (reverse, exact match) was not learned within the steps of this "
+            "configuration (oracle LoRA CA < 0.5): its learning has a sharp, seed-dependent "
+            "transition. ASR figures stand; CA comparisons (ca_drop, shutdown_control, "
+            "qes_vs_lora_ca) are not meaningful in this run."
+        )
+    if main["qes_recall"] < 0.9:
+        rec.note(
+            "Suspect trimming missed the poisoned samples: the trigger was learned by the "
+            "benign experts before the poisoned samples became the worst-fit ones (run the "
+            "ablations of --full)."
+        )
+
+    methods = [
+        ("B0", "b0_ca", "b0_asr"),
+        ("B1", "b1_ca", "b1_asr"),
+        ("B2", "b2_ca", "b2_asr"),
+        ("B2 q off", "b2_ca_q_off", "b2_asr_q_off"),
+        ("B2 oracle off", "b2_ca_oracle_off", "b2_asr_oracle_off"),
+        ("B3", "b3_ca", "b3_asr"),
+        ("B4", "b4_ca", "b4_asr"),
+    ]
+    with rec.figure("asr_vs_ca", figsize=(6, 4.5)) as (fig, ax):
+        for label, ca_key, asr_key in methods:
+            if ca_key in main:
+                ax.scatter(main[ca_key], main[asr_key], label=label)
+        ax.annotate(
+            "",
+            xy=(main["qes_ca_after"], main["qes_asr_after"]),
+            xytext=(main["qes_ca"], main["qes_asr"]),
+            arrowprops={"arrowstyle": "->", "color": "k"},
+        )
+        ax.scatter(main["qes_ca"], main["qes_asr"], marker="*", s=150, label="QES before")
+        ax.scatter(
+            main["qes_ca_after"], main["qes_asr_after"], marker="*", s=150, label="QES after q off"
+        )
+        ax.scatter(
+            main["qes_ca_control"],
+            main["qes_asr_control"],
+            marker="x",
+            s=80,
+            label="QES other expert off",
+        )
+        ax.set_xlabel("clean accuracy (exact match)")
+        ax.set_ylabel("attack success rate")
+        ax.set_title("T1 reverse / A1 rare token, rho = 0.05")
+        ax.set_xlim(-0.05, 1.05)
+        ax.set_ylim(-0.05, 1.05)
+        ax.legend(fontsize=7, loc="center right")

@@ -1,0 +1,231 @@
+"""Routed LoRA experts attached to a frozen `jaxgen.nn.Transformer` (QES, spec section 2.2).
+
+Every block's attention input projection and mixer matrices get ``E`` LoRA experts through the
+`jaxgen.nn` adapter hook; a `TokenRouter` per block (shared by the block's adapted maps) gates
+them per token from the block input ``h``:
+
+    y = W0 x + sum_e mu_e g_e(h) (alpha / r) B_e A_e x                               (eq. 2.2)
+
+``mu`` (the deployment mask) is an array leaf, so `shutdown` and `restore` change values only and
+never recompile a jitted forward. Plain LoRA (baseline B1) is the same model with one expert, no
+router and gate 1.
+"""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import jax.tree_util as jtu
+from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
+
+from ..nn import MLPMixer, SwiGLUMixer, Transformer
+from ._qes import MoLoRALinear, QESConfig, TokenRouter, shutdown_mask
+
+_MIXER_MAPS = {SwiGLUMixer: ("w_gate", "w_value", "w_out"), MLPMixer: ("w_in", "w_out")}
+
+
+def _adapted_maps(block) -> dict[str, Array]:
+    """The weights the hook adapts in one block, by hook name (``"attn.w_qkv"``, ...)."""
+    names = _MIXER_MAPS.get(type(block.mixer))
+    if names is None:
+        raise TypeError(
+            f"QES adapters need an 'mlp' or 'swiglu' mixer, got {type(block.mixer).__name__}."
+        )
+    maps = {"attn.w_qkv": block.attn.w_qkv}
+    maps.update({f"mixer.{n}": getattr(block.mixer, n) for n in names})
+    return maps
+
+
+class QESTransformer(eqx.Module):
+    """A frozen causal `Transformer` with routed LoRA experts (see `attach_qes`, `attach_lora`).
+
+    Attributes:
+        base: the frozen base model (its weights are the ``W0`` of eq. 2.2).
+        adapters: per block, hook name -> `MoLoRALinear` (its ``weight`` is a frozen copy of the
+            base matrix, used only by ``merge``-style inspection; the forward uses ``base``).
+        routers: per block `TokenRouter`, or ``None`` for plain LoRA (one expert, gate 1).
+        mask: deployment mask ``mu`` (E,), float, 1 = expert on.
+        quarantine: index ``q`` of the quarantine expert.
+    """
+
+    base: Transformer
+    adapters: tuple[dict[str, MoLoRALinear], ...]
+    routers: tuple[TokenRouter, ...] | None
+    mask: Float[Array, " E"]
+    quarantine: int = eqx.field(static=True)
+
+    @property
+    def num_experts(self) -> int:
+        """Number of experts ``E``."""
+        return self.mask.shape[0]
+
+    # The LM helpers (`token_nll`, `evaluate_lm`, `sample_lm`) read these like a Transformer's.
+    @property
+    def causal(self) -> bool:
+        """Always a causal LM."""
+        return self.base.causal
+
+    @property
+    def max_len(self) -> int:
+        """Longest sequence accepted."""
+        return self.base.max_len
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of token ids."""
+        return self.base.vocab_size
+
+    @property
+    def out_size(self) -> int:
+        """Number of logits per position."""
+        return self.base.out_size
+
+    def forward(
+        self, tokens: Int[Array, " L"], keep: Float[Array, ""] | float = 1.0
+    ) -> tuple[Float[Array, "L V"], Float[Array, "layers L E"]]:
+        """(logits ``(L, V)``, router gates ``(layers, L, E)``) for one sequence.
+
+        ``keep`` (scalar, this sequence's trimming weight ``k_i``) masks the gradient of every
+        non-quarantine expert's output (spec 2.3(3)); the value is unchanged.
+        """
+        h, gates = self.hidden(tokens, keep)
+        return self.base.logits(jax.vmap(self.base.final_norm)(h)), gates
+
+    def hidden(
+        self, tokens: Int[Array, " L"], keep: Float[Array, ""] | float = 1.0
+    ) -> tuple[Float[Array, "L dim"], Float[Array, "layers L E"]]:
+        """Residual stream after the last block (before the final norm) and the gates."""
+        base = self.base
+        if tokens.ndim != 1 or not jnp.issubdtype(tokens.dtype, jnp.integer):
+            raise ValueError(
+                f"`tokens` must be one integer sequence (L,), got {tokens.dtype}{tokens.shape}; "
+                "vmap over the batch."
+            )
+        if tokens.shape[0] > base.max_len:
+            raise ValueError(
+                f"sequence length {tokens.shape[0]} exceeds the model's max_len {base.max_len}."
+            )
+        tokens = eqx.error_if(
+            tokens,
+            jnp.any((tokens < 0) | (tokens >= base.vocab_size)),
+            "`tokens`: ids outside [0, vocab_size).",
+        )
+        h = base.embedding[tokens]
+        if base.position_embedding is not None:
+            h = h + base.position_embedding[: tokens.shape[0]]
+        all_gates = [jnp.zeros((0, h.shape[0], self.num_experts), h.dtype)]
+        for i, block in enumerate(base.blocks):
+            if self.routers is None:
+                gates = jnp.ones((h.shape[0], 1), h.dtype)
+            else:
+                gates = jax.vmap(self.routers[i])(h)
+            experts = self.adapters[i]
+
+            def adapter(name: str, x: Array, experts=experts, gates=gates) -> Array:
+                layer = experts[name]
+                return jax.vmap(
+                    lambda xt, gt: layer.delta(xt, gt, self.mask, keep, self.quarantine)
+                )(x, gates)
+
+            h, _ = block(h, None, causal=True, adapter=adapter)
+            all_gates.append(gates)
+        return h, jnp.concatenate([g[None] if g.ndim == 2 else g for g in all_gates])
+
+    def __call__(self, tokens: Int[Array, " L"]) -> Float[Array, "L V"]:
+        """Logits ``(L, V)`` of one sequence (deployment: the current ``mask``)."""
+        return self.forward(tokens)[0]
+
+
+def _check_base(model: Transformer) -> None:
+    if not isinstance(model, Transformer):
+        raise TypeError(f"`model` must be a jaxgen.nn.Transformer, got {type(model).__name__}.")
+    if not model.causal or model.time_embedding is not None:
+        raise ValueError("QES adapters need a causal Transformer without time conditioning.")
+
+
+def _build(
+    model: Transformer, num_experts: int, rank: int, alpha: float, key: PRNGKeyArray
+) -> tuple[dict[str, MoLoRALinear], ...]:
+    adapters = []
+    for block, kb in zip(model.blocks, jr.split(key, len(model.blocks)), strict=True):
+        maps = _adapted_maps(block)
+        keys = jr.split(kb, len(maps))
+        adapters.append(
+            {
+                name: MoLoRALinear(w, num_experts, rank, alpha=alpha, key=k)
+                for (name, w), k in zip(maps.items(), keys, strict=True)
+            }
+        )
+    return tuple(adapters)
+
+
+def attach_qes(model: Transformer, cfg: QESConfig, *, key: PRNGKeyArray) -> QESTransformer:
+    """Wrap a causal base with ``cfg.num_experts`` routed LoRA experts per adapted map.
+
+    Experts start at ``B = 0`` so the result computes exactly the base model; routers start
+    near uniform (``W ~ N(0, 0.02^2)``, ``b = 0``). The mask starts all-on.
+
+    References:
+        Hu et al., LoRA, arXiv 2106.09685; Dou et al., LoRAMoE, arXiv 2312.09979; spec
+        ``quarantined_experts.md`` 2.2.
+    """
+    _check_base(model)
+    if not isinstance(cfg, QESConfig):
+        raise TypeError(f"`cfg` must be a QESConfig, got {type(cfg).__name__}.")
+    ka, kr = jr.split(key)
+    adapters = _build(model, cfg.num_experts, cfg.rank, cfg.alpha, ka)
+    routers = tuple(
+        TokenRouter(model.dim, cfg.num_experts, key=k) for k in jr.split(kr, len(model.blocks))
+    )
+    routers = jtu.tree_map(lambda a: a.astype(model.embedding.dtype), routers)
+    mask = jnp.ones((cfg.num_experts,), model.embedding.dtype)
+    return QESTransformer(model, adapters, routers, mask, cfg.quarantine)
+
+
+def attach_lora(
+    model: Transformer, *, rank: int = 32, alpha: float = 64.0, key: PRNGKeyArray
+) -> QESTransformer:
+    """Plain LoRA on the same maps (baseline B1/B4): one expert, gate 1, no router.
+
+    The default ``alpha / rank = 2`` matches the QES experts' scale (spec 2.2).
+    """
+    _check_base(model)
+    adapters = _build(model, 1, rank, alpha, key)
+    return QESTransformer(model, adapters, None, jnp.ones((1,), model.embedding.dtype), 0)
+
+
+def _check_qes(model: QESTransformer) -> None:
+    if not isinstance(model, QESTransformer):
+        raise TypeError(f"`model` must be a QESTransformer, got {type(model).__name__}.")
+
+
+def shutdown(model: QESTransformer, expert: int | Int[Array, ""]) -> QESTransformer:
+    """Switch ``expert`` off: ``mu_expert <- 0`` (spec 2.4). Only the mask leaf changes."""
+    _check_qes(model)
+    return eqx.tree_at(lambda m: m.mask, model, shutdown_mask(model.mask, expert))
+
+
+def restore(model: QESTransformer) -> QESTransformer:
+    """Every expert back on (``mu = 1``)."""
+    _check_qes(model)
+    return eqx.tree_at(lambda m: m.mask, model, jnp.ones_like(model.mask))
+
+
+def trainable_filter(model: QESTransformer) -> PyTree[bool]:
+    """Bool pytree for `eqx.partition`: True on the experts' ``A``, ``B`` and the routers.
+
+    The base, the adapters' frozen weight copies and the mask are False.
+    """
+    _check_qes(model)
+    filt = jtu.tree_map(lambda _: False, model)
+
+    def adapter_filter(layer: MoLoRALinear) -> MoLoRALinear:
+        return eqx.tree_at(lambda a: (a.A, a.B), layer, (True, True))
+
+    adapters = tuple(
+        {name: adapter_filter(layer) for name, layer in block.items()} for block in filt.adapters
+    )
+    filt = eqx.tree_at(lambda m: m.adapters, filt, adapters)
+    if model.routers is not None:
+        filt = eqx.tree_at(lambda m: m.routers, filt, jtu.tree_map(lambda _: True, model.routers))
+    return filt
