@@ -58,13 +58,13 @@ CONFIGS = {
         "toys": ["8gaussians"],
         "toy_train": 10000,
         "toy_test": 2000,
-        "toy_steps": 400,
+        "toy_steps": 600,
         "toy_batch": 128,
         "toy_T": [1, 4],
         "toy_t_min": [0.005, 0.02],
         "toy_transporter": {"num_blocks": 4, "conditioner": "made", "width": 64, "depth": 2},
         "toy_predictor": {"kind": "mlp", "width": 128, "depth": 3},
-        "digits_steps": 400,
+        "digits_steps": 600,
         "digits_batch": 128,
         "digits_T": [4],
         "digits_eval_T": [4],
@@ -88,7 +88,7 @@ CONFIGS = {
         "maf_digits": {"flow_layers": 4, "nn_width": 256, "nn_depth": 2, "max_epochs": 15},
         "faces_steps": 0,
         "cuts": (
-            "CPU quick: 400 steps at batch 128 (spec 5a: 3k steps at batch 512 for the toys, "
+            "CPU quick: 600 steps at batch 128 (spec 5a: 3k steps at batch 512 for the toys, "
             "2k at 128 for digits), 10k toy training points (spec: 50k), 8-Gaussians only "
             "(two-moons and checkerboard in full), T in {1, 4} (full: {1, 2, 4, 8}), MADE "
             "transporters and MLP predictors; no pairwise/CFG/finetuning sweeps (full mode)."
