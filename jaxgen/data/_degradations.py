@@ -13,6 +13,7 @@ $x \mapsto A_s(k_\sigma * x)$, is `degrade_mean` (the operator of LR-consistency
 Images are single examples (H, W, C) or (H, W); batch with `jax.vmap` (over keys and images).
 """
 
+import functools as ft
 import math
 from collections.abc import Sequence
 
@@ -27,6 +28,9 @@ from ._common import require_module
 from ._images import load_sample_images
 
 UPSAMPLE_METHODS = ("bicubic", "bilinear", "nearest")
+
+# (low, high) of Python numbers; ints are welcome ((0, 0) switches a stage off).
+Range = Sequence[float | int]
 
 # Held-out photographs: the test split never shares an image with the train split.
 SR_IMAGES: dict[str, tuple[str, ...]] = {
@@ -66,7 +70,7 @@ def _check_divisible(name: str, shape: tuple[int, ...], scale: int) -> None:
         )
 
 
-def _pair(name: str, value: Sequence[float]) -> tuple[float, float]:
+def _pair(name: str, value: Range) -> tuple[float, float]:
     try:
         lo, hi = (float(v) for v in value)
     except (TypeError, ValueError) as err:
@@ -76,14 +80,14 @@ def _pair(name: str, value: Sequence[float]) -> tuple[float, float]:
     return lo, hi
 
 
-def _check_range(name: str, value: Sequence[float]) -> tuple[float, float]:
+def _check_range(name: str, value: Range) -> tuple[float, float]:
     lo, hi = _pair(name, value)
     if not (math.isfinite(lo) and math.isfinite(hi)) or lo < 0 or hi < lo:
         raise ValueError(f"`{name}` must satisfy 0 <= low <= high (finite), got {(lo, hi)}.")
     return lo, hi
 
 
-def _check_sigma(blur_sigma: float) -> float:
+def _check_sigma(blur_sigma: float | int) -> float:
     try:
         sigma = float(blur_sigma)
     except (TypeError, jax.errors.ConcretizationTypeError) as err:
@@ -107,7 +111,7 @@ def _reflect_index(n: int, radius: int) -> np.ndarray:
     return np.where(j > n - 1, 2 * (n - 1) - j, j)
 
 
-def blur_radius(sigma_max: float, shape: tuple[int, ...]) -> int:
+def blur_radius(sigma_max: float | int, shape: tuple[int, ...]) -> int:
     """Half-width of the blur kernel: ``ceil(3 sigma_max)``, at least 1, at most ``min(H, W) - 1``.
 
     The cap keeps reflect padding well defined on tiny images (e.g. 8 x 8 digits); the kernel is
@@ -141,7 +145,7 @@ def _blur(x: Float[Array, "H W C"], sigma: Float[Array, ""], radius: int) -> Flo
 
 
 def gaussian_blur(
-    x: Float[Array, "H W *C"], sigma: float, *, radius: int | None = None
+    x: Float[Array, "H W *C"], sigma: float | int, *, radius: int | None = None
 ) -> Float[Array, "H W *C"]:
     """Gaussian blur of one image with a normalised, truncated, separable kernel.
 
@@ -185,7 +189,7 @@ def area_downsample(x: Float[Array, "H W *C"], scale: int) -> Float[Array, "h w 
 
 
 def degrade_mean(
-    hr: Float[Array, "H W *C"], *, scale: int, blur_sigma: float = 0.0
+    hr: Float[Array, "H W *C"], *, scale: int, blur_sigma: float | int = 0.0
 ) -> Float[Array, "h w *C"]:
     """The deterministic part of `degrade` at a fixed blur: ``area_downsample(blur(hr), scale)``.
 
@@ -208,9 +212,9 @@ def degrade(
     hr: Float[Array, "H W *C"],
     *,
     scale: int,
-    blur_range: tuple[float, float] = (0.2, 1.0),
-    noise_range: tuple[float, float] = (0.0, 0.05),
-    clip: tuple[float, float] | None = (-1.0, 1.0),
+    blur_range: Range = (0.2, 1.0),
+    noise_range: Range = (0.0, 0.05),
+    clip: Range | None = (-1.0, 1.0),
 ) -> Float[Array, "h w *C"]:
     r"""Random HR -> LR degradation: blur, area downsample, additive noise, clip.
 
@@ -292,14 +296,18 @@ def upsample(
 # offline RGB patches
 
 
+@ft.cache  # decoded once per process (~10 MB for all nine photographs)
 def _load_rgb(name: str) -> np.ndarray:
     if name in ("china", "flower"):
-        return load_sample_images()[("china", "flower").index(name)]
-    data = require_module("skimage.data", pip_name="scikit-image")
-    image = np.asarray(getattr(data, name)())
+        image = load_sample_images()[("china", "flower").index(name)]
+    else:
+        data = require_module("skimage.data", pip_name="scikit-image")
+        image = np.asarray(getattr(data, name)())
     if image.ndim == 2:  # brick, grass, gravel: grey, replicated to three channels
         image = np.repeat(image[..., None], 3, axis=-1)
-    return image[..., :3]
+    image = np.ascontiguousarray(image[..., :3])
+    image.flags.writeable = False
+    return image
 
 
 def load_sr_patches(
