@@ -87,16 +87,16 @@ def _check_range(name: str, value: Range) -> tuple[float, float]:
     return lo, hi
 
 
-def _check_sigma(blur_sigma: float | int) -> float:
+def _check_sigma(blur_sigma: float | int, name: str = "blur_sigma") -> float:
     try:
         sigma = float(blur_sigma)
     except (TypeError, jax.errors.ConcretizationTypeError) as err:
         raise TypeError(
-            f"`blur_sigma` must be a concrete Python number (it fixes the kernel size), "
+            f"`{name}` must be a concrete Python number (it fixes the kernel size), "
             f"got {blur_sigma!r}."
         ) from err
     if not (math.isfinite(sigma) and sigma >= 0):
-        raise ValueError(f"`blur_sigma` must be a finite number >= 0, got {sigma}.")
+        raise ValueError(f"`{name}` must be a finite number >= 0, got {sigma}.")
     return sigma
 
 
@@ -158,7 +158,7 @@ def gaussian_blur(
         The blurred image, same shape and dtype; reflect padding (``d c b | a b c d | c b a``).
     """
     x = _check_image("x", x)
-    sigma = _check_sigma(sigma)
+    sigma = _check_sigma(sigma, "sigma")
     if sigma == 0:
         return x
     if radius is None:
@@ -204,7 +204,7 @@ def degrade_mean(
     hr = _check_image("hr", hr)
     scale = _check_scale(scale)
     _check_divisible("hr", hr.shape, scale)
-    return area_downsample(gaussian_blur(hr, blur_sigma), scale)
+    return area_downsample(gaussian_blur(hr, _check_sigma(blur_sigma)), scale)
 
 
 def degrade(
