@@ -45,7 +45,7 @@ def _check_data_range(data_range: ArrayLike, like: Array) -> Array:
 
 
 def psnr(
-    x: Float[Array, "H W *C"], y: Float[Array, "H W *C"], data_range: float
+    x: Float[Array, "H W *C"], y: Float[Array, "H W *C"], data_range: ArrayLike
 ) -> Float[Array, ""]:
     r"""Peak signal-to-noise ratio in dB: $10 \log_{10}(R^2 / \mathrm{MSE}(x, y))$.
 
@@ -74,7 +74,7 @@ def _box_mean(a: Array, win: int) -> Array:
 def ssim(
     x: Float[Array, "H W *C"],
     y: Float[Array, "H W *C"],
-    data_range: float,
+    data_range: ArrayLike,
     win: int = 7,
     *,
     k1: float = 0.01,
@@ -139,7 +139,7 @@ def lr_consistency_psnr(
     lr: Float[Array, "h w *C"],
     *,
     scale: int,
-    data_range: float = 2.0,
+    data_range: ArrayLike = 2.0,
     degrade: Callable[[Array], Array] | None = None,
 ) -> Float[Array, ""]:
     r"""PSNR between the LR image and the deterministic degradation of the SR output.
