@@ -136,6 +136,14 @@ def estimate_hyperparameters(
     of the row count on a box). This model is a reconstruction (the paper's text could not be
     retrieved; see specs/padl_dictionary.md).
 
+    Caveat: :math:`\hat\sigma^2` is the residual of the current fit, so it identifies a noise
+    level only where the data have one (planted problems: within a factor ~3 of the true
+    variance). On near-noiseless data with :math:`K \ge d` (8x8 natural patches, K = 64) the
+    warm-up lasso fits almost everything, :math:`\hat\sigma^2 \approx 10^{-5}`, and the MDL
+    price keeps every atom; the fixed point then follows the warm-up's lambda_1 (measured:
+    warm-up factor 0.1 / 0.3 / 0.6 -> 63 / 64 / 44 of 64 atoms). Use ``"path"`` or fixed values
+    there.
+
     Returns:
         A dict of floats: ``sigma2``, ``beta``, ``rho``, ``lam1``, ``lam0``, ``lam2``.
 
@@ -490,7 +498,8 @@ def fit_padl(
        constant |A|; a mapping fixes ``lam1`` and ``lam0`` (or ``lam2``).
     3. Outer iterations: the row weight ramps linearly from 0 over ``ramp_steps`` (continuation;
        without it the dictionary collapses), an R-step (monotone FISTA, ``fista_steps``),
-       prune-and-refit every ``prune_every`` iterations (count penalty, not in the last 5), a D-step
+       prune-and-refit every ``prune_every`` iterations (count penalty, not in the last 5; a
+       removal is tested with the dictionary re-aligned, `prune_refit`), a D-step
        (`dict_update`). Atoms whose rows die are masked out and never re-initialised. Stop when the
        relative decrease of the objective is below ``tol`` three times in a row, or after
        ``max_steps``.
