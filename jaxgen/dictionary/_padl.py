@@ -141,8 +141,9 @@ def estimate_hyperparameters(
     variance). On near-noiseless data with :math:`K \ge d` (8x8 natural patches, K = 64) the
     warm-up lasso fits almost everything, :math:`\hat\sigma^2 \approx 10^{-5}`, and the MDL
     price keeps every atom; the fixed point then follows the warm-up's lambda_1 (measured:
-    warm-up factor 0.1 / 0.3 / 0.6 -> 63 / 64 / 44 of 64 atoms). Use ``"path"`` or fixed values
-    there.
+    warm-up factor 0.1 / 0.3 / 0.6 -> 63 / 64 / 44 of 64 atoms; the default ``"path"`` grid,
+    which starts at :math:`\hat\sigma^2`, stays at 64). There, fix the values or pass a
+    ``path_grid`` of larger prices.
 
     Returns:
         A dict of floats: ``sigma2``, ``beta``, ``rho``, ``lam1``, ``lam0``, ``lam2``.
