@@ -88,7 +88,7 @@ lambda_0 (an atom that only fits noise gains ~ d sigma^2/2, far below its price 
 and not too few prune rounds (P4 / P7 with 80 iterations: 22 / 26 atoms; pruning every 5: 21 / \
 30). Fix (library): the removal test re-aligns the dictionary (one exact block sweep on both \
 branches, accepted iff F_0 still drops; monotone) and repeats the pass until nothing is removed \
-(<= 3 passes). Tested in tests/dictionary (fast: 16x24 and 12x24 atoms at N ~ 500; slow: P4, \
+(<= 3 passes). Tested in tests/dictionary (fast: d = 16 and 12, K = 24, N ~ 500; slow: P4, \
 P8).
 
 | problem (d, planted, K, N, atoms per sample, noise) | before: fixed-D prune | after |
