@@ -76,6 +76,85 @@ SMOKE = {
 }
 
 
+# Ablations (issue 26), measured offline at this commit on the quick configuration, seed 0,
+# float32; they are printed as notes beside the claims they explain, not computed in the run.
+PLANTED_DEFAULTS_ABLATION = """\
+Planted problems the claims above do not use, `fit_padl(X, K, key)` with its defaults ("mdl"), \
+float32, |A| / planted and recovery (|cos| > 0.95). Root cause of the excess atoms: the spec's \
+prune test (re-code the samples of atom k with D fixed, accept if the cost rises by < lambda_0) \
+keeps pairs of atoms that split one planted atom (cosines ~0.99): each is the better fit for its \
+half, so removing either costs 1.6-4x lambda_0 (0.99-2.4 vs 0.60 on P4). Not the cause: the MDL \
+lambda_0 (an atom that only fits noise gains ~ d sigma^2/2, far below its price b d ln2 sigma^2) \
+and not too few prune rounds (P4 / P7 with 80 iterations: 22 / 26 atoms; pruning every 5: 21 / \
+30). Fix (library): the removal test re-aligns the dictionary (one exact block sweep on both \
+branches, accepted iff F_0 still drops; monotone) and repeats the pass until nothing is removed \
+(<= 3 passes). Tested in tests/dictionary (fast: d = 16 and 12, K = 24, N ~ 500; slow: P4, \
+P8).
+
+| problem (d, planted, K, N, atoms per sample, noise) | before: fixed-D prune | after |
+|---|---|---|
+| P0 (16, 6, 18, 500, 2, 0.05) | 7/6, 1.00 | 6/6, 1.00 |
+| P1 (24, 12, 36, 1500, 3, 0.1) | 13/12, 1.00 | 12/12, 1.00 |
+| P2 (48, 30, 60, 1500, 4, 0.02) | 30/30, 1.00 | 30/30, 1.00 |
+| P3 (24, 6, 24, 500, 3, 0.1) | 7/6, 1.00 | 6/6, 1.00 |
+| P4 (16, 12, 48, 1500, 2, 0.02) | 22/12, 1.00 | 12/12, 1.00 |
+| P5 (48, 6, 24, 1500, 4, 0.05) | 13/6, 0.67 | 12/6, 0.83 (not solved) |
+| P6 (24, 30, 90, 1500, 3, 0.05) | 30/30, 1.00 | 30/30, 1.00 |
+| P7 (32, 20, 100, 3000, 3, 0.05) | 27/20, 1.00 | 20/20, 1.00 |
+| P8 (48, 12, 36, 1500, 4, 0.05) | 15/12, 1.00 | 12/12, 1.00 |
+| P9 (16, 6, 24, 500, 4, 0.1) | 12/6, 1.00 | 7/6, 1.00 |
+
+P5 (4 of 6 atoms in every sample: codes are not sparse) still keeps mixture atoms \
+(cosines 0.78-0.93 to a planted atom) whose re-aligned removal costs 5-10 lambda_0; more \
+re-alignment rounds per test (2, 3), a longer warm-up (20) or the universal lambda_1 did not \
+help (12-13 atoms, or 24 with the universal lambda_1).
+"""
+
+PATCH_ABLATION = """\
+Patches (quick data: 2000 train / 500 test 8x8 patches, K = 64). Root cause: a recipe limit \
+of the MDL rule, not the pruning. Natural patches have no noise floor, so with K = d the warm-up \
+lasso fits almost everything and sigma2_hat = RSS/dof ~ 1e-5; the MDL price lambda_0 = sigma2_hat \
+(b d ln2 + ...) ~ 0.02 then keeps every atom and lambda_1 = sigma2_hat/beta_hat ~ 0.003 gives \
+near-dense codes (nnz ~ 40 of 64 per patch). The fixed point follows the warm-up lambda_1 (factor \
+0.1 / 0.3 / 0.6 of median max |D^T x|: 63 / 64 / 44 atoms), which is why the claim is not met \
+by moving that factor (a tuning to this data, not a rule). At other prices the algorithm meets \
+both targets: PSNR = PADL test PSNR (debiased codes), OMP = the better scikit-learn \
+DictionaryLearning / MiniBatch (alpha = 0.1, 10 iterations) with OMP at the same nnz (the run's \
+own baseline also tries debiased lasso with alpha = PADL's lambda_1, so its drop differs).
+
+| setting | active / 64 | test nnz | PADL PSNR | OMP PSNR | drop (dB) |
+|---|---|---|---|---|---|
+| mdl, fixed-D prune (before) | 63 (0.98) | 39.5 | 59.99 | 36.97 | -23.0 |
+| mdl, re-aligned prune (after) | 63 (0.98) | 39.5 | 59.99 | 36.97 | -23.0 |
+| mdl, spec schedule (warm-up 10, 40 iterations) | 64 (1.00) | 47.0 | 65.80 | 39.03 | -26.8 |
+| path, 4 points (default grid from sigma2_hat) | 64 (1.00) | 39.6 | 60.19 | 37.23 | -23.0 |
+| fixed lambda_1 = 0.0029 (mdl's), lambda_0 = 0.25 | 63 (0.98) | 39.1 | 59.81 | 36.97 | -22.9 |
+| fixed lambda_1 = 0.0029, lambda_0 = 2.5 | 34 (0.53) | 24.2 | 30.52 | 33.07 | 2.6 |
+| fixed lambda_1 = 0.03, lambda_0 = 2.5 | 25 (0.39) | 7.5 | 28.56 | 27.62 | -0.9 |
+| fixed lambda_1 = 0.03, lambda_0 = 10 | 7 (0.11) | 2.6 | 24.77 | 25.59 | 0.8 |
+
+The PSNR-drop claim fails in the run for the same reason: at nnz ~ 40 of 64 the run's debiased \
+lasso baseline is a near-complete least-squares fit (62.3 dB), which PADL's lasso-then-debias \
+codes on 63 atoms trail (60.0 dB); at a parsimonious price (rows 7-8) PADL is within 1 dB of OMP.
+"""
+
+VLM_ABLATION = """\
+VLM token proxy (m = 8 kept vectors per 64-token crop, token PSNR in dB, 6 crops; a different \
+crop draw from the run's, so compare within rows). Tried: the dictionary (mdl, 63 atoms, or \
+fixed lambda_1 = 0.03, lambda_0 = 2.5, 25 atoms) and the selection rule (the run's top-m by \
+lasso usage, or a per-crop greedy simultaneous OMP over the atoms). Neither closes the gap: \
+k-means centroids and the top-norm tokens are built from the crop's own tokens, whereas PADL \
+selects among generic atoms learned on other crops, so the proxy favours them structurally; \
+the paper's VLM setting (a dictionary of visual features shared by a language model) is not \
+reproducible offline (spec 2.5).
+
+| dictionary | PADL, top usage | PADL, greedy SOMP | k-means | top-norm tokens |
+|---|---|---|---|---|
+| mdl (63 atoms) | 39.24 | 39.47 | 44.29 | 43.75 |
+| fixed 0.03 / 2.5 (25 atoms) | 40.30 | 40.95 | 44.29 | 43.75 |
+"""
+
+
 def _planted(seed, d, k_true, n, per_sample=3, noise=0.05):
     rng = np.random.default_rng(seed)
     D = rng.normal(size=(d, k_true))
@@ -358,6 +437,7 @@ def run(config, key, rec):
         "<=",
         1e-6,
     )
+    rec.note(PLANTED_DEFAULTS_ABLATION)
     print(f"planted done: {res.num_active} atoms", flush=True)
     # 2. Patches and digits at matched sparsity.
     try:
@@ -381,14 +461,14 @@ def run(config, key, rec):
     if "best_sklearn_psnr" in pr:
         drop = pr["best_sklearn_psnr"] - pr["padl_psnr"]
         rec.metric("psnr_drop_vs_sklearn_matched_nnz", drop)
-        rec.claim(
+        holds_frac = rec.claim(
             "active_atom_fraction_patches",
             "PADL (mdl) uses <= 60% of the atoms on patches",
             frac,
             "<=",
             0.6,
         )
-        rec.claim(
+        holds_drop = rec.claim(
             "psnr_drop_vs_sklearn_matched_nnz",
             "test PSNR drop vs the best scikit-learn "
             "baseline at matched nnz (debiased/OMP codes), dB",
@@ -396,6 +476,8 @@ def run(config, key, rec):
             "<=",
             1.5,
         )
+        if not (holds_frac and holds_drop):
+            rec.note(PATCH_ABLATION)
         ratio = pr["padl_fit_equal_iters_s"] / pr["DictionaryLearning_fit_s"]
         rec.claim(
             "fit_time_ratio_vs_sklearn",
@@ -443,7 +525,7 @@ def run(config, key, rec):
         k_fit,
     )
     rec.metric("vlm_proxy_psnr", vlm)
-    rec.claim(
+    holds_vlm = rec.claim(
         "vlm_proxy_psnr_padl_minus_kmeans_m8",
         "token-selection proxy: PADL atoms minus "
         "k-means centroids, PSNR at m=8 (paper's claim, unverified)",
@@ -451,6 +533,8 @@ def run(config, key, rec):
         ">=",
         0.0,
     )
+    if not holds_vlm:
+        rec.note(VLM_ABLATION)
     with rec.figure("vlm_proxy") as (fig, ax):
         for method in ("padl", "kmeans", "norm", "random"):
             ax.plot(config["vlm_m"], [vlm[m][method] for m in config["vlm_m"]], "o-", label=method)

@@ -176,8 +176,11 @@ def dict_update(
         Mairal, Bach, Ponce, Sapiro. Online learning for matrix factorization and sparse coding.
         JMLR 2010, Algorithm 2.
     """
-    A = R @ R.T
-    B = X @ R.T
+    return _dict_sweep(D, R @ R.T, X @ R.T, active)
+
+
+def _dict_sweep(D, A, B, active):
+    """The block-coordinate sweep of `dict_update` from the statistics A = R R^T, B = X R^T."""
 
     def body(k, D):
         akk = A[k, k]
@@ -187,6 +190,11 @@ def dict_update(
         return D.at[:, k].set(jnp.where(use, u, D[:, k]))
 
     return jax.lax.fori_loop(0, D.shape[1], body, D)
+
+
+def _fit_from_stats(D, A, B):
+    """``1/2 ||X - D R||_F^2 - 1/2 ||X||_F^2`` from A = R R^T and B = X R^T."""
+    return 0.5 * jnp.sum((D.T @ D) * A) - jnp.sum(D * B)
 
 
 def _r_step(X, D, R, lam1, lam_row, active, *, penalty, num_steps, deactivate):
@@ -229,6 +237,30 @@ def _refit_without(XS, D, RS, lam1, active, *, num_steps):
     old = cost(RS)
     new_RS = _fista(XS, D, RS, lam1, 0.0, active, penalty="count", num_steps=num_steps)[0]
     return new_RS, cost(new_RS) - old
+
+
+@ft.partial(jax.jit, static_argnames=("num_steps",))
+def _refit_realign(XS, D, RS, lam1, active, trial, A, B, *, num_steps):
+    """Removal test of one atom with the dictionary re-aligned (see `prune_refit`).
+
+    ``XS``, ``RS``: the (zero-padded) columns that use the atom; ``trial`` = ``active`` without
+    it; ``A = R R^T`` and ``B = X R^T`` over all N columns. The columns are re-coded on ``trial``
+    (lasso), the statistics updated by the change of those columns only, and each side gets one
+    exact dictionary sweep: ``delta`` = F(remove, re-code, sweep) - F(keep, sweep) without the
+    lambda_0 terms, so the removal lowers F_0 below even the kept-and-swept value iff
+    ``delta < lambda_0``. Returns the new codes of the columns, the swept dictionary, A, B, delta.
+    """
+    new_RS = _fista(XS, D, RS, lam1, 0.0, trial, penalty="count", num_steps=num_steps)[0]
+    A_new = A - RS @ RS.T + new_RS @ new_RS.T
+    B_new = B - XS @ RS.T + XS @ new_RS.T
+    D_keep = _dict_sweep(D, A, B, active)
+    D_rm = _dict_sweep(D, A_new, B_new, trial)
+    delta = (
+        _fit_from_stats(D_rm, A_new, B_new)
+        - _fit_from_stats(D_keep, A, B)
+        + lam1 * (jnp.sum(jnp.abs(new_RS)) - jnp.sum(jnp.abs(RS)))
+    )
+    return new_RS, D_rm, A_new, B_new, delta
 
 
 @ft.partial(jax.jit, static_argnames=("max_support",))
