@@ -235,7 +235,7 @@ def _check_times(r: Any, t: Any, dtype: Any, *, name_r: str = "r", name_t: str =
 
 
 def gaussian_average_velocity(
-    z: Float[Array, "*shape"],
+    z: Float[Array | np.ndarray, "*shape"],
     r: ArrayLike,
     t: ArrayLike,
     mu: ArrayLike,
@@ -328,7 +328,7 @@ class GaussianVelocity(AbstractVelocityField):
 
 def isc_target(
     model: AbstractAverageVelocity,
-    z_t: Float[Array, "*shape"],
+    z_t: Float[Array | np.ndarray, "*shape"],
     r: ArrayLike,
     s: ArrayLike,
     t: ArrayLike,
@@ -638,7 +638,7 @@ def sample_average_velocity(
     shape: tuple[int, ...],
     *,
     ts: Any = (1.0, 0.0),
-    z1: Float[Array, "*shape"] | None = None,
+    z1: Float[Array | np.ndarray, "*shape"] | None = None,
 ) -> Float[Array, "*shape"]:
     r"""One sample by jumps $z_{\tau_{k+1}} = z_{\tau_k} - (\tau_k - \tau_{k+1}) u(z_{\tau_k},
     \tau_{k+1}, \tau_k, c)$ along ``ts`` (spec 2.2).
