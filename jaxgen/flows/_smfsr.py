@@ -443,7 +443,7 @@ def one_step_generate(
 
 
 def gan_refine_loss(
-    model: tuple[AbstractAverageVelocity, FeatureDiscriminator, AbstractVelocityField],
+    model: tuple,
     batch: tuple[Array, Any],
     key: PRNGKeyArray,
     state: PyTree = None,
@@ -464,8 +464,9 @@ def gan_refine_loss(
     \lambda_{vsd} L_{VSD}$, $G = \varepsilon - u_\theta(\varepsilon, 0, 1, c)$, $L_D$ the hinge loss
     and $L_{\mathrm{fake}}$ = `fake_score_loss`. Each player's gradient is exactly that of its
     own loss, so one `jaxgen.core.fit` run with `gan_optimizer` (one optax transformation per
-    player) takes simultaneous G, D and fake-score steps. With ``state`` (an EMA copy of the
-    student, e.g. ``fit(..., state=student)``) it returns ``(loss, new_ema)``.
+    player) takes simultaneous G, D and fake-score steps. With ``state`` (the EMA of the
+    student's inexact arrays, ``fit(..., state=eqx.filter(student, eqx.is_inexact_array))``)
+    it returns ``(loss, new_ema)``; the EMA student is ``eqx.combine(state, student)``.
 
     Args:
         model: ``(student, discriminator, fake)``.
@@ -535,18 +536,23 @@ def gan_optimizer(
 
 
 def ema_update(ema: PyTree, model: PyTree, decay: float) -> PyTree:
-    r"""EMA step $\bar\theta \leftarrow d\,\bar\theta + (1 - d)\,\theta$ (inexact arrays)."""
-    params, static = eqx.partition(model, eqx.is_inexact_array)
-    ema_params, _ = eqx.partition(ema, eqx.is_inexact_array)
-    new = jax.tree.map(lambda e, p: decay * e + (1 - decay) * p, ema_params, params)
-    return eqx.combine(new, static)
+    r"""EMA step $\bar\theta \leftarrow d\,\bar\theta + (1 - d)\,\theta$ (inexact arrays).
+
+    ``ema`` holds the inexact arrays only (``eqx.filter(model, eqx.is_inexact_array)``, the
+    form `fit` can carry as ``state``); the result has the same form. Rebuild a model with
+    ``eqx.combine(ema, model)``.
+    """
+    params = eqx.filter(model, eqx.is_inexact_array)
+    ema = eqx.filter(ema, eqx.is_inexact_array)
+    return jax.tree.map(lambda e, p: decay * e + (1 - decay) * p, ema, params)
 
 
 def with_ema(loss_fn: Callable[..., Any], decay: float = 0.999) -> Callable[..., Any]:
     """Turn ``loss_fn(model, batch, key)`` into a `fit` state loss carrying an EMA of the model.
 
-    Use as ``fit(with_ema(loss), model, ..., state=model)``; ``FitResult.state`` is the EMA.
-    Keep the returned object (one per run) so the compiled step is reused.
+    Use as ``fit(with_ema(loss), model, ..., state=eqx.filter(model, eqx.is_inexact_array))``;
+    the EMA model is ``eqx.combine(result.state, result.model)``. Keep the returned object (one
+    per run) so the compiled step is reused.
     """
     if not 0.0 <= decay < 1.0:
         raise ValueError(f"`decay` must lie in [0, 1), got {decay}.")

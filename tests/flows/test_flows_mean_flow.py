@@ -3,6 +3,8 @@
 Time convention: t = 1 is noise, z_t = (1 - t) x + t eps, z_r = z_t - (t - r) u.
 """
 
+import functools as ft
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -266,8 +268,8 @@ def test_train_step_traces_once(toy, getkey):
 def _learn(toy, loss_name, num_steps):
     exact, teacher, data, student = toy
     loss = {
-        "smf": eqx.Partial(smf_fit_loss, teacher=teacher),
-        "mf": eqx.Partial(mf_fit_loss, teacher=teacher),
+        "smf": ft.partial(smf_fit_loss, teacher=teacher),
+        "mf": ft.partial(mf_fit_loss, teacher=teacher),
     }[loss_name]
     res = fit(loss, student, minibatches(data, 128), optax.adam(1e-3), num_steps=num_steps,
               key=jr.key(7), progress=False)  # fmt: skip
