@@ -336,9 +336,10 @@ def isc_target(
 ) -> Float[Array, "*shape"]:
     r"""The ISC target $(1 - \lambda)\, u(z_s, r, s) + \lambda\, u(z_t, s, t)$ of one sample.
 
-    Here $z_s = z_t - (t - s) u(z_t, s, t)$ and $\lambda = (t - s)/(t - r)$ (spec 2.3). For the exact $u$ this equals $u(z_t, r, t)$ (ISC);
-    at $s = t$ or $s = r$ it equals the model's own $u(z_t, r, t)$. One sample; no stop-gradient
-    (`splitmeanflow_loss` wraps the whole target in one).
+    Here $z_s = z_t - (t - s) u(z_t, s, t)$ and $\lambda = (t - s)/(t - r)$ (spec 2.3). For
+    the exact $u$ this equals $u(z_t, r, t)$ (ISC); at $s = t$ or $s = r$ it equals the model's
+    own $u(z_t, r, t)$. One sample; no stop-gradient (`splitmeanflow_loss` wraps the whole
+    target in one).
 
     Args:
         model: the average velocity.
