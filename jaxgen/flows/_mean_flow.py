@@ -545,6 +545,8 @@ def meanflow_loss(
     flow_ratio: float = 0.5,
     time_sampler: str = "logit_normal",
     time_margin: float = 1e-4,
+    adaptive_p: float = 1.0,
+    adaptive_c: float = 1e-3,
 ) -> Float[Array, ""]:
     r"""MeanFlow loss (JVP baseline): regress $u_\theta$ on the MeanFlow identity.
 
@@ -553,7 +555,9 @@ def meanflow_loss(
     $(v, 1)$, under stop-gradient; $v = \varepsilon - x$ (conditional velocity), or the
     teacher's $v_\phi(t, z_t, c)$ when ``teacher`` is given (distillation). The first
     ``round(flow_ratio * B)`` samples use $r = t$ (plain flow matching), the others $r < t$
-    drawn like `splitmeanflow_loss`.
+    drawn like `splitmeanflow_loss`. Each sample's squared error $\Delta$ is weighted by
+    $\mathrm{sg}[(\Delta + c)^{-p}]$, the paper's adaptive loss weighting (p = 1 is its default;
+    p = 0 is the plain squared error): without it the JVP target makes training unstable.
 
     Args:
         model: the average velocity being trained.
@@ -563,6 +567,8 @@ def meanflow_loss(
         flow_ratio: fraction of ``r = t`` samples.
         time_sampler: ``"logit_normal"`` or ``"uniform"``.
         time_margin: times are clipped to ``[margin, 1 - margin]``.
+        adaptive_p: power $p \ge 0$ of the adaptive weight.
+        adaptive_c: its offset $c > 0$.
 
     Returns:
         The scalar loss.
@@ -572,6 +578,10 @@ def meanflow_loss(
     """
     x, cond = _check_batch(batch)
     _check_common(flow_ratio, time_sampler)
+    if adaptive_p < 0 or adaptive_c <= 0:
+        raise ValueError(
+            f"need `adaptive_p` >= 0 and `adaptive_c` > 0, got {adaptive_p}, {adaptive_c}."
+        )
     x = eqx.error_if(x, jnp.any(~jnp.isfinite(x)), "`x` contains NaN or inf.")
     num, dtype = x.shape[0], x.dtype
     num_boundary = int(round(flow_ratio * num))
@@ -594,7 +604,10 @@ def meanflow_loss(
     def one(z, r_, t_, v_, c):
         u, du_dt = jax.jvp(lambda zz, tt: model(zz, r_, tt, c), (z, t_), (v_, jnp.ones_like(t_)))
         target = jax.lax.stop_gradient(v_ - (t_ - r_) * du_dt)
-        return jnp.sum((u - target) ** 2)
+        err = jnp.sum((u - target) ** 2)
+        if adaptive_p == 0:
+            return err
+        return err * jax.lax.stop_gradient((err + adaptive_c) ** -adaptive_p)
 
     losses = jax.vmap(one, in_axes=(0, 0, 0, 0, None if cond is None else 0))(z_t, r, t, v, cond)
     return jnp.mean(losses)

@@ -84,23 +84,27 @@ def stage():
     return net, teacher, student, features, disc, (x, cond), losses
 
 
-def test_networks_shapes_eager_jit_vmap(stage, getkey):
-    net, teacher, student, features, disc, (x, cond), _ = stage
-    out = net(0.3, x[0], cond[0])
-    assert out.shape == (4,)
-    jitted = eqx.filter_jit(lambda m, t, z, c: m(t, z, c))
-    np.testing.assert_allclose(jitted(net, 0.3, x[0], cond[0]), out, rtol=1e-12)
-    batched = eqx.filter_jit(lambda m, z, c: jax.vmap(lambda a, b: m(0.3, a, b))(z, c))
-    np.testing.assert_allclose(batched(net, x[:3], cond[:3])[1], net(0.3, x[1], cond[1]))
+def test_unet_path_shapes_and_init_identity(stage, getkey):
+    """The --full U-Net: output and feature shapes, D on its features, student = teacher at init.
+
+    (eager == jit and vmap == loop of the nets are covered by the samplers and losses of
+    test_flows_mean_flow; everything here runs in one compiled call.)
+    """
     unet = SRVelocityNet((4, 4, 3), kind="unet", width=4, emb_dim=8, key=getkey())
     z = jr.normal(getkey(), (48,))
-    assert unet(0.5, z, z).shape == (48,)
-    feats = FrozenFeatures(NoiseAtOneVelocity(unet))(z, z)
-    assert [f.shape for f in feats] == [(4, 4, 4), (8, 2, 2), (4, 4, 4)]
-    d = FeatureDiscriminator(tuple(f.shape[0] for f in feats), 48, width=4, key=getkey())
-    assert d(feats, z).shape == ()
-    u_student = IntervalConditionedNet.from_velocity(NoiseAtOneVelocity(unet), key=getkey())
-    np.testing.assert_allclose(u_student(z, 0.2, 0.6, z), -unet(0.4, z, z), rtol=1e-12)
+    feats_shape = jax.eval_shape(FrozenFeatures(NoiseAtOneVelocity(unet)), z, z)
+    assert [f.shape for f in feats_shape] == [(4, 4, 4), (8, 2, 2), (4, 4, 4)]
+    d = FeatureDiscriminator(tuple(f.shape[0] for f in feats_shape), 48, width=4, key=getkey())
+    student = IntervalConditionedNet.from_velocity(NoiseAtOneVelocity(unet), key=getkey())
+
+    @eqx.filter_jit
+    def outputs(unet, student, d, z):
+        feats = FrozenFeatures(NoiseAtOneVelocity(unet))(z, z)
+        return unet(0.4, z, z), student(z, 0.2, 0.6, z), d(feats, z)
+
+    v, u, logit = outputs(unet, student, d, z)
+    assert v.shape == (48,) and logit.shape == ()
+    np.testing.assert_allclose(u, -v, rtol=1e-12)
 
 
 def test_frozen_features_pass_input_gradients_only(stage):
@@ -180,15 +184,15 @@ def test_stage_resume_equals_uninterrupted(stage, which, tmp_path):
 
 
 def test_euler_teacher_sampling_through_solve_ode(getkey):
-    """Euler-1 from noise is z - v(1, z); Euler-200 approaches the exact one-step map."""
+    """Euler-1 from noise is z - v(1, z), through jaxgen.core.solve_ode."""
     exact = GaussianAverageVelocity(jnp.array([0.5, -1.0]), jnp.array([0.3, 0.8]))
     field = GaussianVelocity(exact)
     key = getkey()
     eps = jr.normal(key, (2,))
-    one = sample_velocity_euler(key, field, None, 2, steps=1)
-    np.testing.assert_allclose(one, eps - field(1.0, eps), rtol=1e-12)
-    many = eqx.filter_jit(sample_velocity_euler, )(key, field, None, 2, steps=200)  # fmt: skip
-    np.testing.assert_allclose(many, eps - exact(eps, 0.0, 1.0), atol=2e-2)
+    # one Euler step from t = 1 is eps - v(1, eps): the time reversal and sign are right (the
+    # Euler convergence itself is solve_ode's, tested in tests/core)
+    one = eqx.filter_jit(sample_velocity_euler)(key, field, None, 2, steps=1)
+    np.testing.assert_allclose(one, eps - field(1.0, eps), rtol=1e-10)
 
 
 def test_bad_inputs(stage, getkey):
