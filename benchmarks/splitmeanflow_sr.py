@@ -400,7 +400,7 @@ def torchcfm_peer(config, x_train, c_train, c_test, shape, evaluate):
         times.append(time.perf_counter() - start)
     seeds = config["seeds"]
     with torch.no_grad():
-        c = torch.from_numpy(np.asarray(c_test)).repeat(seeds, 1)
+        c = torch.from_numpy(np.array(c_test)).repeat(seeds, 1)
         gen = torch.Generator().manual_seed(1)
         z = torch.randn(c.shape, generator=gen)
         steps = config["euler_steps"][-1]
@@ -414,7 +414,7 @@ def torchcfm_peer(config, x_train, c_train, c_test, shape, evaluate):
         "median_step_s": float(np.median(times[5:])) if len(times) > 5 else float(np.median(times)),
         f"euler{steps}_fd": row["fd"],
         f"euler{steps}_psnr": row["psnr"],
-        f"euler{steps}_accuracy": row["accuracy"],
+        f"euler{steps}_accuracy": row.get("accuracy"),
     }, row
 
 
