@@ -84,6 +84,7 @@ def stage():
     return net, teacher, student, features, disc, (x, cond), losses
 
 
+@pytest.mark.slow  # the --full path; `run splitmeanflow_sr --full --smoke` also runs it
 def test_unet_path_shapes_and_init_identity(stage, getkey):
     """The --full U-Net: output and feature shapes, D on its features, student = teacher at init.
 
@@ -154,15 +155,10 @@ def _stage_run(stage, which, num_steps, ckpt):
     return fit(losses[which], (student, disc, teacher), batches, GAN_OPT, state=ema0, **kw)
 
 
-# the SMF and GAN stages compile ~10 CPU-s each: slow; the teacher stage is the fast twin
-@pytest.mark.parametrize(
-    "which",
-    [
-        "teacher",
-        pytest.param("smf", marks=pytest.mark.slow),
-        pytest.param("gan", marks=pytest.mark.slow),
-    ],
-)
+# each stage compiles a fit chunk (5-10 CPU-s): slow. Fast twins: the fit-resume tests of
+# tests/core and the one-trace training step of test_flows_mean_flow.
+@pytest.mark.slow
+@pytest.mark.parametrize("which", ["teacher", "smf", "gan"])
 def test_stage_resume_equals_uninterrupted(stage, which, tmp_path):
     full = _stage_run(stage, which, 4, str(tmp_path / "a"))
     _stage_run(stage, which, 2, str(tmp_path / "b"))
