@@ -15,6 +15,18 @@ from ._deconvolution import (
     laplace_mixture_1d_density as laplace_mixture_1d_density,
     load_baseball as load_baseball,
 )
+from ._degradations import (
+    SR_IMAGES as SR_IMAGES,
+    UPSAMPLE_METHODS as UPSAMPLE_METHODS,
+    area_downsample as area_downsample,
+    blur_radius as blur_radius,
+    degrade as degrade,
+    degrade_mean as degrade_mean,
+    gaussian_blur as gaussian_blur,
+    gaussian_kernel_1d as gaussian_kernel_1d,
+    load_sr_patches as load_sr_patches,
+    upsample as upsample,
+)
 from ._dynamics import (
     coupled_pendulum_field as coupled_pendulum_field,
     lorenz96_eigenplane as lorenz96_eigenplane,

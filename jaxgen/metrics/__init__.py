@@ -14,4 +14,10 @@ from ._distances import (
     sliced_w2 as sliced_w2,
     w1_1d as w1_1d,
 )
+from ._images import (
+    lr_consistency_psnr as lr_consistency_psnr,
+    psnr as psnr,
+    sample_diversity as sample_diversity,
+    ssim as ssim,
+)
 from ._sliced import ise_1d as ise_1d, sliced_w1 as sliced_w1
