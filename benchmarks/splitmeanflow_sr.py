@@ -575,7 +575,7 @@ def run(config, key, rec):
         batch = data(jr.key(0))
         opt_state = opt.init(eqx.filter(student0, eqx.is_inexact_array))
         step = eqx.filter_jit(ft.partial(make_step, loss_fn=fit_loss, optimizer=opt))
-        step_times[name] = rec.time(step, student0, opt_state, batch, jr.key(1), repeats=10)[
+        step_times[name] = rec.time(step, student0, opt_state, batch, jr.key(1), repeats=25)[
             "median_s"
         ]
     rec.metric("train_step_s", step_times)
@@ -587,7 +587,7 @@ def run(config, key, rec):
     ):
         samples = one_step_samples(students[name], c_te, sample_keys, lr_start)
         table[label] = {"nfe": 1, **evaluate(samples)}
-        tm = rec.time(one_step_samples, students[name], c_te, sample_keys, lr_start, repeats=3)
+        tm = rec.time(one_step_samples, students[name], c_te, sample_keys, lr_start, repeats=15)
         table[label]["s_per_image"] = tm["median_s"] / (seeds * x_te.shape[0])
 
     # --- stage 2: GAN refinement of the SMF student (lambda_adv sweep in --full) ---
