@@ -20,6 +20,20 @@ from ._interpolants import (
     MixtureInterpolantVelocity as MixtureInterpolantVelocity,
     NoiseAugmentedInterpolant as NoiseAugmentedInterpolant,
 )
+from ._mean_flow import (
+    AbstractAverageVelocity as AbstractAverageVelocity,
+    AbstractTimeEmbeddedVelocity as AbstractTimeEmbeddedVelocity,
+    GaussianAverageVelocity as GaussianAverageVelocity,
+    GaussianVelocity as GaussianVelocity,
+    IntervalConditionedNet as IntervalConditionedNet,
+    NoiseAtOneVelocity as NoiseAtOneVelocity,
+    cosine_time_grid as cosine_time_grid,
+    gaussian_average_velocity as gaussian_average_velocity,
+    isc_target as isc_target,
+    meanflow_loss as meanflow_loss,
+    sample_average_velocity as sample_average_velocity,
+    splitmeanflow_loss as splitmeanflow_loss,
+)
 from ._ntm import (
     NTM as NTM,
     Denoiser as Denoiser,
@@ -54,6 +68,22 @@ from ._ntm_transport import (
 from ._obstruction import (
     mixture_quantiles_1d as mixture_quantiles_1d,
     one_step_obstruction_w1 as one_step_obstruction_w1,
+)
+from ._smfsr import (
+    FeatureDiscriminator as FeatureDiscriminator,
+    FrozenFeatures as FrozenFeatures,
+    SRVelocityNet as SRVelocityNet,
+    ema_update as ema_update,
+    fake_score_loss as fake_score_loss,
+    feature_matching_loss as feature_matching_loss,
+    gan_optimizer as gan_optimizer,
+    gan_refine_loss as gan_refine_loss,
+    hinge_d_loss as hinge_d_loss,
+    hinge_g_loss as hinge_g_loss,
+    one_step_generate as one_step_generate,
+    sample_velocity_euler as sample_velocity_euler,
+    vsd_loss as vsd_loss,
+    with_ema as with_ema,
 )
 from ._splines import SplineAutoregressive as SplineAutoregressive, rq_spline as rq_spline
 from ._straightness import (
