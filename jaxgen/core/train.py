@@ -104,7 +104,7 @@ def _sampled_step(
 
 
 def _chunk(
-    key: PRNGKeyArray,
+    shared: tuple[PRNGKeyArray, dict[str, Any]],
     model: PyTree,
     opt_state: optax.OptState,
     state: PyTree,
@@ -112,14 +112,18 @@ def _chunk(
     count: Int[Array, ""],
     *,
     chunk_size: int,
-    **step_kwargs: Any,
 ) -> tuple[PyTree, optax.OptState, PyTree, Float[Array, " chunk"]]:
     """Steps ``start, ..., start + count - 1`` (``count <= chunk_size``) in one ``lax.scan``.
+
+    ``shared = (key, step_kwargs)``: the key and what `_sampled_step` takes by keyword (loss,
+    batch sampler, optimizer). It is the first argument so that it is never donated: a loss
+    may close over arrays the caller keeps (a frozen teacher, the data).
 
     The scan has the static length ``chunk_size``; iterations ``i >= count`` pass the carry
     through (``lax.cond``), so a short last chunk (or one cut at a checkpoint) reuses the same
     executable. The returned losses are valid in their first ``count`` entries.
     """
+    key, step_kwargs = shared
     params, static = eqx.partition((model, opt_state, state), eqx.is_array)
     dtype = jnp.result_type(float)
 
@@ -142,8 +146,9 @@ def _chunk(
 # Module level, so that repeated `fit` calls with the same loss/sampler/optimizer reuse the
 # compiled step. `_sampled_step` is the un-jitted twin for `eqx.debug.assert_max_traces`.
 train_step = eqx.filter_jit(_sampled_step)
-# Model, optimiser state and carried state are donated: `fit` copies them once on entry, so the
-# caller's arrays stay valid while the chunks update theirs in place.
+# Model, optimiser state and carried state are donated (never the first argument: key, loss,
+# sampler, optimizer): `fit` copies them once on entry, so the caller's arrays stay valid while
+# the chunks update theirs in place.
 train_chunk = eqx.filter_jit(_chunk, donate="all-except-first")
 
 
@@ -374,14 +379,13 @@ def fit(
             stop = min(stop, (step // callback_every + 1) * callback_every)
         count = stop - step
         model, opt_state, state, chunk_losses = train_chunk(
-            key,
+            (key, step_kwargs),
             model,
             opt_state,
             state,
             jnp.asarray(step, jnp.int32),
             jnp.asarray(count, jnp.int32),
             chunk_size=chunk_size,
-            **step_kwargs,
         )
         pending.append((chunk_losses, count))
         step = stop

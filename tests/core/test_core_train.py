@@ -317,19 +317,31 @@ def test_fit_keeps_the_callers_model_and_compiles_once(getkey):
     opt = optax.sgd(0.1)
     m, o, s, sampler = model, opt.init(model), None, regression_sampler(8)
     for start in (0, 10, 20):  # the last chunk is cut short: same executable
+        step_kwargs = dict(loss_fn=squared_loss, batches=sampler, optimizer=opt, mesh=None)
         m, o, s, _ = counted(
-            getkey(),
+            (getkey(), step_kwargs),
             m,
             o,
             s,
             jnp.asarray(start, jnp.int32),
             jnp.asarray(10 if start < 20 else 5, jnp.int32),
             chunk_size=10,
-            loss_fn=squared_loss,
-            batches=sampler,
-            optimizer=opt,
-            mesh=None,
         )
+
+
+def test_fit_never_donates_what_the_loss_closes_over(getkey):
+    """A frozen teacher inside an `eqx.Partial` loss (same shape as the model, so a donated
+    buffer could be aliased to an output) and the data stay valid across chunks and calls."""
+    teacher, data = jnp.full(3, 2.0), jnp.ones((64, 3))
+
+    def loss(model, batch, key, teacher):
+        return jnp.mean((batch @ model.weight - jnp.sum(teacher)) ** 2)
+
+    args = (eqx.Partial(loss, teacher=teacher), Linear(jnp.zeros(3)), minibatches(data, 8))
+    for _ in range(2):
+        fit(*args, optax.sgd(1e-2), num_steps=20, key=getkey(), steps_per_call=5, progress=False)
+    assert not teacher.is_deleted() and not data.is_deleted()
+    np.testing.assert_array_equal(teacher, jnp.full(3, 2.0))
 
 
 def test_fit_chunking_bad_input(getkey):
