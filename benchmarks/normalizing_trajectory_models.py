@@ -88,7 +88,8 @@ CONFIGS = {
         "faces_steps": 0,
         "cuts": (
             "CPU quick: toys 600 steps at batch 128, digits 1500 at 128 (spec 5a: 3k steps at "
-            "batch 512 for the toys, 2k at 128 for digits), 10k toy training points (spec: 50k), 8-Gaussians only "
+            "batch 512 for the toys, 2k at 128 for digits), 10k toy training points (spec: "
+            "50k), 8-Gaussians only "
             "(two-moons and checkerboard in full), T in {1, 4} (full: {1, 2, 4, 8}), MADE "
             "transporters and MLP predictors; no pairwise/CFG/finetuning sweeps (full mode). "
             "Budget cuts: the digits CNN's 3x3 convolutions as im2col matmuls (XLA's CPU conv "
