@@ -382,6 +382,7 @@ def _sbcfm_peer(config, Y, x0, d):
 def _sample_metrics(X, Yt, P, d, key, ot):
     row = {
         "energy_distance": float(energy_distance(X, Yt)),
+        "proj_energy_distance": float(energy_distance(X @ P.T, Yt @ P.T)),
         "mmd2": float(mmd_unbiased(X, Yt)),
         "sliced_w2": float(sliced_w2(key, X, Yt, 64)),
     }
@@ -428,15 +429,28 @@ def run(config, key, rec):
             / results[("sinkhorn", lo)]["energy_distance"]
         )
         rec.metric("ed_ratio_sinkhorn", ratio_sk)
+
+        # Read in the ring plane: in the full space an exact sample's energy distance is at
+        # its noise floor (negative estimates) from d = 8 on, and a ratio of two noise-level
+        # numbers (ratio_sbnn / ratio_sinkhorn, the earlier form of this claim) can hold by sign
+        # alone. The difference of growths has no such failure.
+        def growth(m):
+            return (
+                results[(m, hi)]["proj_energy_distance"] - results[(m, lo)]["proj_energy_distance"]
+            )
+
         rec.claim(
             "d_insensitivity",
-            f"energy-distance ratio d={hi}/d={lo} of the learned-potential bridge is below "
-            "the Sinkhorn plug-in bridge's (value = ratio_sbnn / ratio_sinkhorn)",
-            ratio_nn / ratio_sk,
+            f"ring-plane energy distance of the learned-potential bridge grows less from d={lo} "
+            f"to d={hi} than the Sinkhorn plug-in bridge's (value = growth_sbnn - "
+            "growth_sinkhorn)",
+            growth("sbnn") - growth("sinkhorn"),
             "<",
-            1.0,
-            ratio_sbnn=ratio_nn,
-            ratio_sinkhorn=ratio_sk,
+            0.0,
+            growth_sbnn=growth("sbnn"),
+            growth_sinkhorn=growth("sinkhorn"),
+            full_space_ratio_sbnn=ratio_nn,
+            full_space_ratio_sinkhorn=ratio_sk,
         )
         rec.peer(
             "ott-jax sinkhorn plug-in bridge",
