@@ -452,15 +452,18 @@ def run(config, key, rec):
             full_space_ratio_sbnn=ratio_nn,
             full_space_ratio_sinkhorn=ratio_sk,
         )
+        pe = {
+            (m, d): results[(m, d)]["proj_energy_distance"]
+            for m in ("sbnn", "sinkhorn", "floor")
+            for d in (lo, hi)
+        }
         rec.note(
-            "d_insensitivity: ring-plane ED SB-NN "
-            f"{results[('sbnn', lo)]['proj_energy_distance']:.4f} (d={lo}) -> {results[('sbnn', hi)]['proj_energy_distance']:.4f} (d={hi}), Sinkhorn "
-            f"{results[('sinkhorn', lo)]['proj_energy_distance']:.4f} -> "
-            f"{results[('sinkhorn', hi)]['proj_energy_distance']:.4f}, exact sample "
-            f"{results[('floor', lo)]['proj_energy_distance']:.4f} -> "
-            f"{results[('floor', hi)]['proj_energy_distance']:.4f}. The plug-in bridge's atoms are "
-            "training samples, so in the ring plane it stays near the floor at every d; its "
-            "d-dependence shows in the complement instead (ring_sinkhorn_d*_complement_cov_err, "
+            f"d_insensitivity: ring-plane ED SB-NN {pe['sbnn', lo]:.4f} (d={lo}) -> "
+            f"{pe['sbnn', hi]:.4f} (d={hi}), Sinkhorn {pe['sinkhorn', lo]:.4f} -> "
+            f"{pe['sinkhorn', hi]:.4f}, exact sample {pe['floor', lo]:.4f} -> "
+            f"{pe['floor', hi]:.4f}. The plug-in bridge's atoms are training samples, so in the "
+            "ring plane it stays near the floor at every d; its d-dependence shows in the "
+            "complement instead (ring_sinkhorn_d*_complement_cov_err, "
             f"{config['num_samples']} samples). Whether SB-NN's growth closes with more steps "
             "is a scale question for --full (not run)."
         )
