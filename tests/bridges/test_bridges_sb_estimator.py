@@ -371,11 +371,12 @@ class _Opaque(AbstractLogPotential):
 def test_default_num_inner_bias(getkey):
     # With a peaked e^psi, log h from M Monte Carlo nodes is biased low (Jensen) and so is the
     # loss; with M = 8 training exploited this (benchmark ring-8 at d = 8 learned nothing). The
-    # default M must keep the bias a small fraction of M = 8's, measured against the exact h.
+    # default M must keep the bias under 0.05 nats, measured against the exact h (M = 16, the
+    # old default, gives ~0.08; M = 8 ~0.3-0.6).
     ref, T, d = OUReference(2), 3.0, 2
     quad = QuadraticLogPotential(4.0 * jnp.eye(d), jnp.zeros(d))
     Y = jr.normal(getkey(), (16, d))
-    keys = jr.split(getkey(), 64)
+    keys = jr.split(getkey(), 128)
 
     @eqx.filter_jit
     def mean_loss(loss, psi):
@@ -387,4 +388,4 @@ def test_default_num_inner_bias(getkey):
     )
     bias_default = exact - mean_loss(SBNLLLoss(ref, T, num_sources=64, penalty=0.0), _Opaque(quad))
     assert bias8 > 0.1, bias8
-    assert abs(bias_default) < 0.3 * bias8, (bias_default, bias8)
+    assert abs(bias_default) < 0.05, (bias_default, bias8)
