@@ -49,9 +49,16 @@ CONFIGS = {
         "steps": 300,
         "batch": 128,
         "num_sources": 128,
-        "num_inner": 8,
+        # 64 inner nodes, not 8: with 8 the log-mean-exp estimate of h biases the loss low and
+        # training exploits it (ring-8 d = 8 samples worse than the untrained potential's)
+        "num_inner": 64,
         "lr": 3e-3,
         "num_samples": 500,
+        # complement covariance check on its own, larger sample: with 500 samples the noise
+        # floor of max |eig - 1| over the 6 complement dimensions is ~0.23 (Marchenko-Pastur
+        # edge (1 + sqrt(6/500))^2 - 1), above the claim's 0.1 even for exact samples
+        "cov_dims": [8],
+        "cov_samples": 4000,
         "sample_steps": 50,
         "sample_inner": 16,
         "num_test": 1000,
@@ -73,6 +80,8 @@ CONFIGS = {
         "num_inner": 64,
         "lr": 2e-3,
         "num_samples": 5000,
+        "cov_dims": [8, 32],
+        "cov_samples": 20000,
         "sample_steps": 200,
         "sample_inner": 256,
         "num_test": 5000,
@@ -94,11 +103,38 @@ SMOKE = {
     "num_sources": 8,
     "num_inner": 4,
     "num_samples": 16,
+    "cov_samples": 32,
     "sample_steps": 5,
     "sample_inner": 4,
     "num_test": 32,
     "sinkhorn_n": 64,
 }
+
+# Why SB-NN had not learned ring-8 at d >= 8 (issue 26): standalone runs at d = 8, quick recipe
+# (300 steps, batch 128, lr 3e-3, N = 128 sources) unless stated, 300 bridge samples; ED = energy
+# distance in the ring plane, SB-NN / untrained potential; cov = complement max |eig - 1| on 300
+# samples (noise floor ~0.28 at that size, so only the ED column separates the rows).
+ABLATION = [
+    "M = 8 inner nodes (old quick recipe), seed 0: ED 0.419 vs untrained 0.213 (ratio 1.97), "
+    "cov 0.35; final loss 10.30",
+    "M = 8, seed 1: ED 0.327 vs 0.226 (ratio 1.45), cov 0.28",
+    "M = 8, last layer of the MLP zero-initialised: ED 0.298 vs 0.213 (ratio 1.40)",
+    "M = 8, init_kappa 1e-3 instead of 0.05: ED 0.430 vs 0.206 (ratio 2.09)",
+    "M = 16 (old library default): ED 0.362 vs 0.213 (ratio 1.70), cov 0.37",
+    "M = 32: ED 0.048 vs 0.213 (ratio 0.23), cov 0.33",
+    "M = 64, seed 0: ED 0.033 vs 0.213 (ratio 0.16), cov 0.28; final loss 11.19 (higher than "
+    "M = 8's 10.30 although its samples are far better: the M = 8 loss is biased low)",
+    "M = 64, seed 1: ED 0.012 vs 0.226 (ratio 0.05), cov 0.21",
+    "M = 64 at d = 32: ED 0.060 vs 0.283 (ratio 0.21)",
+    "M = 8 with lr 1e-2: ED 0.061 (ratio 0.29); M = 8 with 1000 steps: ED 0.036 (ratio 0.17)",
+    "cause: log h is a log-mean-exp over M Monte Carlo nodes, biased low by ~Var(e^psi) / "
+    "(2 M E[e^psi]^2), so the NLL is biased low by an amount that grows with how peaked e^psi "
+    "is; with M <= 16 and the quick budget, training lowers the loss by sharpening psi rather "
+    "than fitting the ring (a longer or faster schedule escapes it, larger M removes it). "
+    "Fix: library default M = 64 (was 16) and quick M = 64 (was 8), same recipe for every d. "
+    "The d = 8 complement covariance claim was at the noise floor: with 500 samples an exact "
+    "sample gives ~0.23 > 0.1, so it is now measured on cov_samples = 4000 bridge samples",
+]
 
 MU_G = np.array([1.0, -0.5])
 S_G = np.array([[0.5, 0.2], [0.2, 0.3]])
@@ -261,6 +297,20 @@ def _ring_part(config, key, rec):
         # full-space distance is dominated by it, not by whether the ring was learned
         row["proj_energy_distance"] = float(energy_distance(X @ P.T, Yt_n @ P.T))
         row["untrained_proj_energy_distance"] = float(energy_distance(X0 @ P.T, Yt_n @ P.T))
+        if d in config["cov_dims"]:
+            xc = jr.normal(jr.fold_in(k_x0, 1), (config["cov_samples"], d))
+            Xc = sample_bridge(
+                jr.fold_in(k_sde, 1),
+                psi,
+                ref,
+                T,
+                xc,
+                num_steps=config["sample_steps"],
+                quad=quad,
+                brownian="unsafe",
+            )
+            row["complement_cov_err"] = _complement_cov_err(Xc, P, d)
+            row["complement_cov_n"] = config["cov_samples"]
         results[("sbnn", d)] = row
         if have_ott:
             x_src = jr.normal(k_src, (config["sinkhorn_n"], d))
@@ -285,6 +335,9 @@ def _ring_part(config, key, rec):
         results[("floor", d)] = _sample_metrics(
             _ring(jr.fold_in(k_test, 7), config["num_samples"], P, d), Yt_n, P, d, k_sw, ot
         )
+        if d in config["cov_dims"]:
+            Yc = _ring(jr.fold_in(k_test, 8), config["cov_samples"], P, d)
+            results[("floor", d)]["complement_cov_err"] = _complement_cov_err(Yc, P, d)
     return results
 
 
@@ -329,6 +382,7 @@ def _sbcfm_peer(config, Y, x0, d):
 def _sample_metrics(X, Yt, P, d, key, ot):
     row = {
         "energy_distance": float(energy_distance(X, Yt)),
+        "proj_energy_distance": float(energy_distance(X @ P.T, Yt @ P.T)),
         "mmd2": float(mmd_unbiased(X, Yt)),
         "sliced_w2": float(sliced_w2(key, X, Yt, 64)),
     }
@@ -338,10 +392,15 @@ def _sample_metrics(X, Yt, P, d, key, ot):
         w = np.full(len(Xp), 1 / len(Xp))
         row["w2_projection"] = float(np.sqrt(ot.emd2(w, np.full(len(Yp), 1 / len(Yp)), M)))
     if d > 2:
-        Q = np.linalg.svd(np.eye(d) - np.asarray(P.T @ P))[0][:, : d - 2]
-        C = np.cov(np.asarray(X) @ Q, rowvar=False)
-        row["complement_cov_err"] = float(np.max(np.abs(np.linalg.eigvalsh(C) - 1.0)))
+        row["complement_cov_err"] = _complement_cov_err(X, P, d)
     return row
+
+
+def _complement_cov_err(X, P, d):
+    """``max |eig - 1|`` of the sample covariance of ``X`` in the complement of the ring plane."""
+    Q = np.linalg.svd(np.eye(d) - np.asarray(P.T @ P))[0][:, : d - 2]
+    C = np.cov(np.asarray(X) @ Q, rowvar=False)
+    return float(np.max(np.abs(np.linalg.eigvalsh(C) - 1.0)))
 
 
 def run(config, key, rec):
@@ -370,15 +429,43 @@ def run(config, key, rec):
             / results[("sinkhorn", lo)]["energy_distance"]
         )
         rec.metric("ed_ratio_sinkhorn", ratio_sk)
+
+        # Read in the ring plane: in the full space an exact sample's energy distance is at
+        # its noise floor (negative estimates) from d = 8 on, and a ratio of two noise-level
+        # numbers (ratio_sbnn / ratio_sinkhorn, the earlier form of this claim) can hold by sign
+        # alone. The difference of growths has no such failure.
+        def growth(m):
+            return (
+                results[(m, hi)]["proj_energy_distance"] - results[(m, lo)]["proj_energy_distance"]
+            )
+
         rec.claim(
             "d_insensitivity",
-            f"energy-distance ratio d={hi}/d={lo} of the learned-potential bridge is below "
-            "the Sinkhorn plug-in bridge's (value = ratio_sbnn / ratio_sinkhorn)",
-            ratio_nn / ratio_sk,
+            f"ring-plane energy distance of the learned-potential bridge grows less from d={lo} "
+            f"to d={hi} than the Sinkhorn plug-in bridge's (value = growth_sbnn - "
+            "growth_sinkhorn)",
+            growth("sbnn") - growth("sinkhorn"),
             "<",
-            1.0,
-            ratio_sbnn=ratio_nn,
-            ratio_sinkhorn=ratio_sk,
+            0.0,
+            growth_sbnn=growth("sbnn"),
+            growth_sinkhorn=growth("sinkhorn"),
+            full_space_ratio_sbnn=ratio_nn,
+            full_space_ratio_sinkhorn=ratio_sk,
+        )
+        pe = {
+            (m, d): results[(m, d)]["proj_energy_distance"]
+            for m in ("sbnn", "sinkhorn", "floor")
+            for d in (lo, hi)
+        }
+        rec.note(
+            f"d_insensitivity: ring-plane ED SB-NN {pe['sbnn', lo]:.4f} (d={lo}) -> "
+            f"{pe['sbnn', hi]:.4f} (d={hi}), Sinkhorn {pe['sinkhorn', lo]:.4f} -> "
+            f"{pe['sinkhorn', hi]:.4f}, exact sample {pe['floor', lo]:.4f} -> "
+            f"{pe['floor', hi]:.4f}. The plug-in bridge's atoms are training samples, so in the "
+            "ring plane it stays near the floor at every d; its d-dependence shows in the "
+            "complement instead (ring_sinkhorn_d*_complement_cov_err, "
+            f"{config['num_samples']} samples). Whether SB-NN's growth closes with more steps "
+            "is a scale question for --full (not run)."
         )
         rec.peer(
             "ott-jax sinkhorn plug-in bridge",
@@ -387,8 +474,9 @@ def run(config, key, rec):
     if ("sbnn", 8) in results and "complement_cov_err" in results[("sbnn", 8)]:
         rec.claim(
             "complement_stationary_d8",
-            "at d=8 the complement covariance of SB-NN samples is I +- 0.1 (max |eig - 1|; "
-            "noise floor of an exact sample reported as ring_floor_d8_complement_cov_err)",
+            f"at d=8 the complement covariance of SB-NN samples is I +- 0.1 (max |eig - 1| "
+            f"over {config['cov_samples']} samples; noise floor of an exact sample of that size "
+            "reported as ring_floor_d8_complement_cov_err)",
             results[("sbnn", 8)]["complement_cov_err"],
             "<=",
             0.1,
@@ -408,6 +496,8 @@ def run(config, key, rec):
         "ring-8: k=2 ring in a random 2-D subspace + N(0, I) complement; OU reference b=1, "
         f"Sigma=2I, T={config['ring_T']}; SB-NN = bounded MLP potential fitted by the E1 NLL."
     )
+    for row in ABLATION:
+        rec.note("ablation (ring-8, d = 8): " + row)
     with rec.figure("results", ncols=3, figsize=(14, 4)) as (fig, axes):
         axes[0].loglog(ns, mean_kl, "o-", label=f"quadratic SB (slope {slope:.2f})")
         axes[0].loglog(ns, mean_kl[0] * ns[0] / ns, "k--", label="1/n")
