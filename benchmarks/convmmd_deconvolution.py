@@ -182,6 +182,22 @@ def _mse(a, b):
     return float(jnp.mean(jnp.sum((a - b) ** 2, -1)))
 
 
+def _sieve_rows(rec, tag, name, label, init_kind, init, prior, wall):
+    """ISE of a fitted sieve and of its initialisation, fit time, its trained-enough claim."""
+    ise_init, ise_fit = _ise(_density(init)), _ise(_density(prior))
+    rec.metric(f"{tag}/{name}_ise", ise_fit)
+    rec.metric(f"{tag}/{name}_init_ise", ise_init)
+    rec.metric(f"{tag}/{name}_fit_s", wall)
+    rec.claim(
+        f"{name}_{tag}_learned",
+        f"{label} ({tag} noise) ISE below its {init_kind} init",
+        ise_fit / ise_init,
+        "<",
+        1.0,
+    )
+    return ise_fit
+
+
 def _deconvolution_1d(rec, key, cfg, noise):
     """One noise family: GMM and flow sieves, deconv_kde (oracle h), NPMLE, naive KDE."""
     tag = noise.kind
@@ -190,29 +206,9 @@ def _deconvolution_1d(rec, key, cfg, noise):
     truth = laplace_mixture_1d_density(jnp.asarray(GRID))
     out = {"data": (x, z, s)}
     init, res, wall = _fit_gmm(x, s, noise, kg, cfg["gmm"])
-    ise_init, ise_gmm = _ise(_density(init)), _ise(_density(res.prior))
-    rec.metric(f"{tag}/gmm_ise", ise_gmm)
-    rec.metric(f"{tag}/gmm_init_ise", ise_init)
-    rec.metric(f"{tag}/gmm_fit_s", wall)
-    rec.claim(
-        f"gmm_{tag}_learned",
-        f"convMMD-GMM ({tag} noise) ISE below its moment init",
-        ise_gmm / ise_init,
-        "<",
-        1.0,
-    )
+    ise_gmm = _sieve_rows(rec, tag, "gmm", "convMMD-GMM", "moment", init, res.prior, wall)
     finit, fres, fwall = _fit_flow(x, s, noise, kf, cfg["flow"])
-    ise_flow_init, ise_flow = _ise(_density(finit)), _ise(_density(fres.prior))
-    rec.metric(f"{tag}/flow_ise", ise_flow)
-    rec.metric(f"{tag}/flow_init_ise", ise_flow_init)
-    rec.metric(f"{tag}/flow_fit_s", fwall)
-    rec.claim(
-        f"flow_{tag}_learned",
-        f"convMMD-flow ({tag} noise) ISE below its Gaussian init",
-        ise_flow / ise_flow_init,
-        "<",
-        1.0,
-    )
+    ise_flow = _sieve_rows(rec, tag, "flow", "convMMD-flow", "Gaussian", finit, fres.prior, fwall)
     m = cfg["w1_samples"]
     zt = laplace_mixture_1d(jr.fold_in(kw, 1), m, noise=tag)[1][:, 0]
     for name, prior in (("gmm", res.prior), ("flow", fres.prior)):
