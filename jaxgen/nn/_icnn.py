@@ -23,6 +23,7 @@ Non-negativity is imposed in one of two ways (``mode``):
   ``params + update`` is the projected point). Needed for exact constructions (exact zeros).
 """
 
+import abc
 import dataclasses
 import functools as ft
 import math
@@ -147,10 +148,11 @@ def _load_nonneg(
     return _raw_from_effective(arr, mode)
 
 
-def _new_module(cls: type, **fields: Any) -> Any:
-    """Instantiate an equinox module from given fields without running ``__init__`` (so loading
-    weights needs no random init); every field of ``cls`` must be given.
+def _new_module(cls: type, *, in_size: int, widths: Sequence[int], **fields: Any) -> Any:
+    """Instantiate a network from given fields without running ``__init__`` (so loading
+    weights needs no random init); the sizes are checked, every other field must be given.
     """
+    fields.update(in_size=_check_int("in_size", in_size, 1), widths=_check_widths(widths))
     missing = {f.name for f in dataclasses.fields(cls)} - set(fields)
     if missing:  # pragma: no cover - internal invariant
         raise RuntimeError(f"_new_module: missing fields {sorted(missing)} for {cls.__name__}.")
@@ -158,6 +160,44 @@ def _new_module(cls: type, **fields: Any) -> Any:
     for name, value in fields.items():
         object.__setattr__(obj, name, value)
     return obj
+
+
+def _layer_sizes(
+    weights: Sequence[ArrayLike], biases: Sequence[ArrayLike], cls: str
+) -> tuple[int, ...]:
+    """``(m_0 = in_size, m_1, ..., m_L)`` read off the weight matrices given to ``from_weights``."""
+    if len(weights) == 0 or len(weights) != len(biases):
+        raise ValueError(
+            f"{cls}.from_weights: `weights` and `biases` must be non-empty and of equal length, "
+            f"got {len(weights)} and {len(biases)}."
+        )
+    shapes = [np.shape(W) for W in weights]
+    if any(len(s) != 2 for s in shapes):
+        raise ValueError(f"{cls}.from_weights: every `weights[l]` must be 2-D, got {shapes}.")
+    return (shapes[0][1], *(s[0] for s in shapes))
+
+
+_Arrays = Sequence[ArrayLike]
+
+
+def _load_relu_layers(
+    weights: _Arrays, biases: _Arrays, w_out: ArrayLike, c: ArrayLike, load: Callable, cls: str
+) -> tuple[tuple[Array, ...], Array, dict[str, Any]]:
+    """Checked layers of a `ReLUNet`/`ReLUPlusNet` given to ``from_weights``.
+
+    ``load(name, value, shape)`` loads the weight matrices and ``w_out`` (free or
+    sign-constrained, in the dtype it fixes); biases and ``c`` are free, in the same dtype.
+    Returns ``(weights, w_out, fields)`` with ``fields`` the biases, ``c`` and the sizes.
+    """
+    sizes = _layer_sizes(weights, biases, cls)
+    Ws = tuple(load(f"weights[{i}]", W, (sizes[i + 1], sizes[i])) for i, W in enumerate(weights))
+    w = load("w_out", w_out, (sizes[-1],))
+    bs = tuple(
+        _load_free(f"biases[{i}]", b, (sizes[i + 1],), W.dtype, cls)
+        for i, (b, W) in enumerate(zip(biases, Ws, strict=True))
+    )
+    fields = dict(biases=bs, c=_load_free("c", c, (), w.dtype, cls), in_size=sizes[0])
+    return Ws, w, {**fields, "widths": sizes[1:]}
 
 
 def _load_free(name: str, value: ArrayLike, shape: tuple[int, ...], dtype: Any, cls: str) -> Array:
@@ -289,6 +329,16 @@ def _init_icnn(
 # --------------------------------------------------------------------------------------------
 
 
+def _relu_mlp(
+    weights: tuple[Array, ...], biases: tuple[Array, ...], w_out: Array, c: Array, x: Array
+):
+    """``w_out . h_L + c`` with ``h_l = relu(W_l h_{l-1} + b_l)``, ``h_0 = x``."""
+    h = x
+    for W, b in zip(weights, biases, strict=True):
+        h = jax.nn.relu(W @ h + b)
+    return jnp.dot(w_out, h) + c
+
+
 class _ScalarReLUNetwork(eqx.Module):
     """What the three scalar ReLU networks share: static sizes and the depth convention."""
 
@@ -305,12 +355,22 @@ class _ScalarReLUNetwork(eqx.Module):
         """Number of affine maps, ``n_hidden + 1``."""
         return len(self.widths) + 1
 
+    def __call__(self, x: Float[Array, " dim"]) -> Float[Array, ""]:
+        """Evaluate on one sample ``x`` of shape ``(in_size,)``; returns a scalar."""
+        _check_input(x, self.in_size, type(self).__name__)
+        return self._forward(x)
+
+    @abc.abstractmethod
+    def _forward(self, x: Array) -> Array:
+        """The network on one checked sample."""
+
 
 class _NonNegativeReLUNetwork(_ScalarReLUNetwork):
     """What `ReLUPlusNet` and `ICNN` share: sign-constrained weights stored raw under ``mode``.
 
     Subclasses name their parameter fields in ``_PARAMETERS`` (in the order their
-    ``_random_init(key, in_size, widths, dtype, mode)`` returns them).
+    ``_random_init(key, in_size, widths, dtype, mode)`` returns them) and the two sign-constrained
+    ones, hidden matrices then output vector, in ``_NONNEGATIVE``.
     """
 
     in_size: int = eqx.field(static=True)
@@ -318,6 +378,7 @@ class _NonNegativeReLUNetwork(_ScalarReLUNetwork):
     mode: str = eqx.field(static=True)
 
     _PARAMETERS: ClassVar[tuple[str, ...]]
+    _NONNEGATIVE: ClassVar[tuple[str, str]]
     _random_init: ClassVar[Callable[..., tuple[Any, ...]]]
 
     def __init__(
@@ -346,6 +407,11 @@ class _NonNegativeReLUNetwork(_ScalarReLUNetwork):
         )
         for name, value in zip(self._PARAMETERS, values, strict=True):
             setattr(self, name, value)
+
+    def effective_weights(self) -> tuple[tuple[Array, ...], Array]:
+        """The non-negative weights actually used: ``(hidden matrices, output weights)``."""
+        hidden, out = (getattr(self, name) for name in self._NONNEGATIVE)
+        return _effective_weights(hidden, out, self.mode)
 
 
 class ReLUNet(_ScalarReLUNetwork):
@@ -385,55 +451,18 @@ class ReLUNet(_ScalarReLUNetwork):
             key, self.in_size, self.widths, dtype
         )
 
-    def __call__(self, x: Float[Array, " dim"]) -> Float[Array, ""]:
-        """Evaluate on one sample ``x`` of shape ``(in_size,)``; returns a scalar."""
-        _check_input(x, self.in_size, type(self).__name__)
-        h = x
-        for W, b in zip(self.weights, self.biases, strict=True):
-            h = jax.nn.relu(W @ h + b)
-        return jnp.dot(self.w_out, h) + self.c
+    def _forward(self, x: Array) -> Array:
+        return _relu_mlp(self.weights, self.biases, self.w_out, self.c, x)
 
     @classmethod
     def from_weights(
-        cls,
-        weights: Sequence[ArrayLike],
-        biases: Sequence[ArrayLike],
-        w_out: ArrayLike,
-        c: ArrayLike = 0.0,
-        *,
-        dtype: Any = None,
+        cls, weights: _Arrays, biases: _Arrays, w_out: ArrayLike, c: ArrayLike = 0.0, *, dtype=None
     ) -> "ReLUNet":
         """Build a `ReLUNet` from given weights (shapes inferred from ``weights``)."""
-        if len(weights) == 0 or len(weights) != len(biases):
-            raise ValueError(
-                f"ReLUNet.from_weights: `weights` and `biases` must be non-empty and of equal "
-                f"length, got {len(weights)} and {len(biases)}."
-            )
         dtype = _default_dtype(dtype)
-        shapes = [np.shape(W) for W in weights]
-        if any(len(s) != 2 for s in shapes):
-            raise ValueError(f"ReLUNet.from_weights: every `weights[l]` must be 2-D, got {shapes}.")
-        widths = tuple(s[0] for s in shapes)
-        sizes = (shapes[0][1], *widths)
-        Ws = tuple(
-            _load_free(f"weights[{i}]", W, (sizes[i + 1], sizes[i]), dtype, "ReLUNet")
-            for i, W in enumerate(weights)
-        )
-        bs = tuple(
-            _load_free(f"biases[{i}]", b, (widths[i],), dtype, "ReLUNet")
-            for i, b in enumerate(biases)
-        )
-        w = _load_free("w_out", w_out, (widths[-1],), dtype, "ReLUNet")
-        cc = _load_free("c", c, (), dtype, "ReLUNet")
-        return _new_module(
-            cls,
-            weights=Ws,
-            biases=bs,
-            w_out=w,
-            c=cc,
-            in_size=_check_int("in_size", sizes[0], 1),
-            widths=_check_widths(widths),
-        )
+        load = ft.partial(_load_free, dtype=dtype, cls="ReLUNet")
+        Ws, w, fields = _load_relu_layers(weights, biases, w_out, c, load, "ReLUNet")
+        return _new_module(cls, weights=Ws, w_out=w, **fields)
 
 
 class ReLUPlusNet(_NonNegativeReLUNetwork):
@@ -460,18 +489,11 @@ class ReLUPlusNet(_NonNegativeReLUNetwork):
     _PARAMETERS = ("weights_raw", "biases", "w_out_raw", "c")
     _random_init = staticmethod(_init_relu_plus)
 
-    def effective_weights(self) -> tuple[tuple[Array, ...], Array]:
-        """The non-negative weights actually used: ``(weights, w_out)``."""
-        return _effective_weights(self.weights_raw, self.w_out_raw, self.mode)
+    _NONNEGATIVE = ("weights_raw", "w_out_raw")
 
-    def __call__(self, x: Float[Array, " dim"]) -> Float[Array, ""]:
-        """Evaluate on one sample ``x`` of shape ``(in_size,)``; returns a scalar."""
-        _check_input(x, self.in_size, "ReLUPlusNet")
+    def _forward(self, x: Array) -> Array:
         weights, w_out = self.effective_weights()
-        h = x
-        for W, b in zip(weights, self.biases, strict=True):
-            h = jax.nn.relu(W @ h + b)
-        return jnp.dot(w_out, h) + self.c
+        return _relu_mlp(weights, self.biases, w_out, self.c, x)
 
     @classmethod
     def from_weights(
@@ -491,42 +513,10 @@ class ReLUPlusNet(_NonNegativeReLUNetwork):
         to 0) or, for ``mode="softplus"``, exactly zero.
         """
         _check_mode(mode)
-        if len(weights) == 0 or len(weights) != len(biases):
-            raise ValueError(
-                f"ReLUPlusNet.from_weights: `weights` and `biases` must be non-empty and of "
-                f"equal length, got {len(weights)} and {len(biases)}."
-            )
         dtype = _default_dtype(dtype)
-        shapes = [np.shape(W) for W in weights]
-        if any(len(s) != 2 for s in shapes):
-            raise ValueError(
-                f"ReLUPlusNet.from_weights: every `weights[l]` must be 2-D, got {shapes}."
-            )
-        widths = tuple(s[0] for s in shapes)
-        sizes = (shapes[0][1], *widths)
-        cls_name = "ReLUPlusNet"
-        Ws = tuple(
-            _load_nonneg(
-                f"weights[{i}]", W, (sizes[i + 1], sizes[i]), dtype, mode, project, cls_name
-            )
-            for i, W in enumerate(weights)
-        )
-        bs = tuple(
-            _load_free(f"biases[{i}]", b, (widths[i],), dtype, cls_name)
-            for i, b in enumerate(biases)
-        )
-        w = _load_nonneg("w_out", w_out, (widths[-1],), dtype, mode, project, cls_name)
-        cc = _load_free("c", c, (), dtype, cls_name)
-        return _new_module(
-            cls,
-            weights_raw=Ws,
-            biases=bs,
-            w_out_raw=w,
-            c=cc,
-            in_size=_check_int("in_size", sizes[0], 1),
-            widths=_check_widths(widths),
-            mode=mode,
-        )
+        load = ft.partial(_load_nonneg, dtype=dtype, mode=mode, project=project, cls="ReLUPlusNet")
+        Ws, w, fields = _load_relu_layers(weights, biases, w_out, c, load, "ReLUPlusNet")
+        return _new_module(cls, weights_raw=Ws, w_out_raw=w, mode=mode, **fields)
 
 
 class ICNN(_NonNegativeReLUNetwork):
@@ -564,13 +554,9 @@ class ICNN(_NonNegativeReLUNetwork):
     _PARAMETERS = ("A", "b", "W_raw", "w_raw", "a", "c")
     _random_init = staticmethod(_init_icnn)
 
-    def effective_weights(self) -> tuple[tuple[Array, ...], Array]:
-        """The non-negative weights actually used: ``(W_2..W_L, w)``."""
-        return _effective_weights(self.W_raw, self.w_raw, self.mode)
+    _NONNEGATIVE = ("W_raw", "w_raw")
 
-    def __call__(self, x: Float[Array, " dim"]) -> Float[Array, ""]:
-        """Evaluate on one sample ``x`` of shape ``(in_size,)``; returns a scalar."""
-        _check_input(x, self.in_size, "ICNN")
+    def _forward(self, x: Array) -> Array:
         Ws, w = self.effective_weights()
         z = jax.nn.relu(self.A[0] @ x + self.b[0])
         for W, A, b in zip(Ws, self.A[1:], self.b[1:], strict=True):
@@ -641,8 +627,8 @@ class ICNN(_NonNegativeReLUNetwork):
             w_raw=ww,
             a=aa,
             c=cc,
-            in_size=_check_int("in_size", n, 1),
-            widths=_check_widths(widths),
+            in_size=n,
+            widths=widths,
             mode=mode,
         )
 

@@ -155,7 +155,48 @@ def _check_division(division: str) -> None:
         raise ValueError(f"unknown `division` {division!r}; expected one of {list(DIVISIONS)}.")
 
 
-class CffnMixer(AbstractChannelMixer):
+class _LadderMixer(AbstractChannelMixer):
+    """What `CffnMixer` and `GatedCFMixer` share: ``L`` ladders of depth ``d`` per channel.
+
+    ``w``, ``b``: ``(ladders, depth, dim)`` slopes and offsets of the partial denominators;
+    biases start at 1 (0 for ``"log_positive"``) so the ladder starts away from the pole of odd
+    depth at 0 (choice).
+    """
+
+    w: Float[Array, "ladders depth dim"]
+    b: Float[Array, "ladders depth dim"] | None
+    dim: int = eqx.field(static=True)
+    depth: int = eqx.field(static=True)
+    eps: float = eqx.field(static=True)
+    division: str = eqx.field(static=True)
+
+    def _init_ladders(
+        self,
+        key: PRNGKeyArray,
+        dim: int,
+        num_ladders: int,
+        depth: int,
+        *,
+        division: str,
+        eps: float,
+        bias: bool,
+    ) -> None:
+        _check_division(division)
+        if depth < 1 or num_ladders < 0:
+            raise ValueError(
+                f"need `depth` >= 1 and `num_ladders` >= 0, got {depth}, {num_ladders}."
+            )
+        self.w = init_normal(key, (num_ladders, depth, dim))
+        bias0 = 0.0 if division == "log_positive" else 1.0
+        self.b = jnp.full((num_ladders, depth, dim), bias0, self.w.dtype) if bias else None
+        self.dim, self.depth, self.eps, self.division = dim, depth, eps, division
+
+    def apply_sequence(self, h):
+        """Apply to every position."""
+        return _per_token(self, h)
+
+
+class CffnMixer(_LadderMixer):
     """Prior CoFrGeNet feed-forward block (Cffn), spec section 2.2.
 
     ``x_hat = sigmoid(G x) * x``; ladder ``j``: ``a^{(j)}_k = w^{(j)}_k * x_hat + b^{(j)}_k``;
@@ -166,13 +207,7 @@ class CffnMixer(AbstractChannelMixer):
 
     u: Float[Array, "dim dim"]
     g: Float[Array, "dim dim"]
-    w: Float[Array, "ladders depth dim"]
-    b: Float[Array, "ladders depth dim"] | None
     v: Float[Array, "ladders dim"]
-    dim: int = eqx.field(static=True)
-    depth: int = eqx.field(static=True)
-    eps: float = eqx.field(static=True)
-    division: str = eqx.field(static=True)
 
     def __init__(
         self,
@@ -186,19 +221,13 @@ class CffnMixer(AbstractChannelMixer):
         division: str = "direct",
         out_std: float = 0.02,
     ):
-        _check_division(division)
-        if depth < 1 or num_ladders < 0:
-            raise ValueError(
-                f"need `depth` >= 1 and `num_ladders` >= 0, got {depth}, {num_ladders}."
-            )
         ku, kg, kw, kv = jr.split(key, 4)
+        self._init_ladders(
+            kw, dim, num_ladders, depth, division=division, eps=eps, bias=ladder_bias
+        )
         self.u = init_normal(ku, (dim, dim), out_std)
         self.g = init_normal(kg, (dim, dim))
-        self.w = init_normal(kw, (num_ladders, depth, dim))
-        bias0 = 0.0 if division == "log_positive" else 1.0
-        self.b = jnp.full((num_ladders, depth, dim), bias0, self.w.dtype) if ladder_bias else None
         self.v = init_normal(kv, (num_ladders, dim))
-        self.dim, self.depth, self.eps, self.division = dim, depth, eps, division
 
     def __call__(self, x):
         """Mix one token."""
@@ -207,12 +236,8 @@ class CffnMixer(AbstractChannelMixer):
         z = _ladders(self.v, self.w, self.b, x_hat, self.division, self.eps)
         return _matvec(self.u, x) + jnp.sum(z, axis=0)
 
-    def apply_sequence(self, h):
-        """Apply to every position."""
-        return _per_token(self, h)
 
-
-class GatedCFMixer(AbstractChannelMixer):
+class GatedCFMixer(_LadderMixer):
     """Non-expanding gated continued-fraction block (GatedCF), spec section 2.3 (reconstruction).
 
     ``u = W_v x``, ``g = silu(W_g x)``,
@@ -229,13 +254,7 @@ class GatedCFMixer(AbstractChannelMixer):
     w_value: Float[Array, "dim dim"]
     w_gate: Float[Array, "dim dim"]
     w_out: Float[Array, "dim dim"]
-    w: Float[Array, "ladders depth dim"]
-    b: Float[Array, "ladders depth dim"]
     c: Float[Array, "ladders dim"]
-    dim: int = eqx.field(static=True)
-    depth: int = eqx.field(static=True)
-    eps: float = eqx.field(static=True)
-    division: str = eqx.field(static=True)
 
     def __init__(
         self,
@@ -243,30 +262,22 @@ class GatedCFMixer(AbstractChannelMixer):
         num_ladders: int = 3,
         depth: int = 5,
         *,
-        key: PRNGKeyArray,
         division: str = "log_positive",
         eps: float = 0.01,
         c_std: float = 0.0,
         out_std: float = 0.02,
+        key: PRNGKeyArray,
     ):
-        _check_division(division)
-        if depth < 1 or num_ladders < 0:
-            raise ValueError(
-                f"need `depth` >= 1 and `num_ladders` >= 0, got {depth}, {num_ladders}."
-            )
         kv, kg, ko, kw, kc = jr.split(key, 5)
+        self._init_ladders(kw, dim, num_ladders, depth, division=division, eps=eps, bias=True)
         self.w_value = init_normal(kv, (dim, dim))
         self.w_gate = init_normal(kg, (dim, dim))
         self.w_out = init_normal(ko, (dim, dim), out_std)
-        self.w = init_normal(kw, (num_ladders, depth, dim))
-        bias0 = 0.0 if division == "log_positive" else 1.0
-        self.b = jnp.full((num_ladders, depth, dim), bias0, self.w.dtype)
         self.c = (
             init_normal(kc, (num_ladders, dim), c_std)
             if c_std > 0
             else jnp.zeros((num_ladders, dim), self.w.dtype)
         )
-        self.dim, self.depth, self.eps, self.division = dim, depth, eps, division
 
     def __call__(self, x):
         """Mix one token."""
@@ -275,10 +286,6 @@ class GatedCFMixer(AbstractChannelMixer):
         g = jax.nn.silu(_matvec(self.w_gate, x))
         r = jnp.sum(_ladders(self.c, self.w, self.b, u, self.division, self.eps), axis=0)
         return _matvec(self.w_out, g * (u + r))
-
-    def apply_sequence(self, h):
-        """Apply to every position."""
-        return _per_token(self, h)
 
 
 class MoEMixer(AbstractChannelMixer):
