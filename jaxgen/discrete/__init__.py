@@ -33,6 +33,7 @@ from ._models import (
 from ._samplers import (
     METHODS as METHODS,
     euler_jump_step as euler_jump_step,
+    jump_step as jump_step,
     sample as sample,
     sample_rates as sample_rates,
     tau_leap_step as tau_leap_step,

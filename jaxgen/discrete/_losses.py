@@ -61,12 +61,6 @@ def stratified_times(
 Integrand = Callable[[DiffusionTransformer, InterpolatingSchedule, Array, Array, Array], Array]
 
 
-def _ctmc_integrand(model, schedule, x, z, t):
-    log_lam, log_pi = model_rates(model, schedule, z, t, "ctmc")
-    log_star, pi_star = conditional_targets(schedule, x, z, t)
-    return path_kl(jnp.exp(log_star), pi_star, log_lam, log_pi)
-
-
 def _mdlm_integrand(model, schedule, x, z, t):
     return mdlm_integrand(schedule, x, z, model_log_x0(model, schedule, z, t), t)
 
@@ -85,23 +79,26 @@ def _gidd_integrand(weighting):
     return integrand
 
 
-def _x0_path_integrand(model, schedule, x, z, t):
-    log_lam, log_pi = model_rates(model, schedule, z, t, "x0")
-    log_star, pi_star = conditional_targets(schedule, x, z, t)
-    return path_kl(jnp.exp(log_star), pi_star, log_lam, log_pi)
+def _path_integrand(parameterization: str) -> Integrand:
+    """The path KL ``D`` of the model's rates, read under ``parameterization``, per position."""
+
+    def integrand(model, schedule, x, z, t):
+        log_lam, log_pi = model_rates(model, schedule, z, t, parameterization)
+        log_star, pi_star = conditional_targets(schedule, x, z, t)
+        return path_kl(jnp.exp(log_star), pi_star, log_lam, log_pi)
+
+    return integrand
 
 
-def _score_path_integrand(model, schedule, x, z, t):
-    log_lam, log_pi = model_rates(model, schedule, z, t, "score")
-    log_star, pi_star = conditional_targets(schedule, x, z, t)
-    return path_kl(jnp.exp(log_star), pi_star, log_lam, log_pi)
+_PATH_INTEGRANDS = {name: _path_integrand(name) for name in ("ctmc", "x0", "score")}
 
 
-_PATH_INTEGRANDS = {
-    "ctmc": _ctmc_integrand,
-    "x0": _x0_path_integrand,
-    "score": _score_path_integrand,
-}
+def _path_integrand_checked(parameterization: str) -> Integrand:
+    if parameterization not in _PATH_INTEGRANDS:
+        raise ValueError(
+            f"`parameterization` must be one of {list(_PATH_INTEGRANDS)}, got {parameterization!r}."
+        )
+    return _PATH_INTEGRANDS[parameterization]
 
 
 def _batch_loss(integrand: Integrand, model, schedule, x, key, t_eps):
@@ -119,6 +116,7 @@ def neural_ctmc_loss(
     x: Int[Array, "B L"],
     key: PRNGKeyArray,
     t_eps: float = T_EPS,
+    parameterization: str = "ctmc",
 ) -> Float[Array, ""]:
     """Neural CTMC loss: the path KL ``D`` of the two heads against the conditional targets.
 
@@ -131,26 +129,15 @@ def neural_ctmc_loss(
         model: a `DiffusionTransformer` with ``vocab_size == schedule.vocab_size``.
         schedule: uniform, masked or GIDD. x: clean ids ``int[B, L]`` in ``[0, N)``. key: PRNG key.
         t_eps: times are drawn in ``[t_eps, 1 - t_eps]``.
+        parameterization: how the two heads are read as rates (`model_rates`): ``"ctmc"`` (the
+            paper's exit-rate and jump heads), ``"x0"`` or ``"score"`` (the same path KL for an
+            x0- or score-parameterised model, as in `nelbo`).
 
     Returns:
         scalar loss (nats per token).
     """
     x = _check(model, schedule, x, 2)
-    return _batch_loss(_ctmc_integrand, model, schedule, x, key, t_eps)
-
-
-def mdlm_loss(
-    model: DiffusionTransformer,
-    schedule: InterpolatingSchedule,
-    x: Int[Array, "B L"],
-    key: PRNGKeyArray,
-    t_eps: float = T_EPS,
-) -> Float[Array, ""]:
-    """MDLM: ``E_t[ -alpha'/(1 - alpha) sum_{i masked} -log x_hat_i(x_i) ] / L`` (masked only)."""
-    x = _check(model, schedule, x, 2)
-    if schedule.kind != "masked":
-        raise ValueError(f"MDLM needs the masked schedule, got kind={schedule.kind!r}.")
-    return _batch_loss(_mdlm_integrand, model, schedule, x, key, t_eps)
+    return _batch_loss(_path_integrand_checked(parameterization), model, schedule, x, key, t_eps)
 
 
 def gidd_loss(
@@ -171,16 +158,52 @@ def gidd_loss(
     return _batch_loss(_gidd_integrand(weighting), model, schedule, x, key, t_eps)
 
 
-def sedd_loss(
-    model: DiffusionTransformer,
-    schedule: InterpolatingSchedule,
-    x: Int[Array, "B L"],
-    key: PRNGKeyArray,
-    t_eps: float = T_EPS,
-) -> Float[Array, ""]:
-    """SEDD score entropy (DWDSE), logits read as log concrete scores (uniform or absorbing)."""
-    x = _check(model, schedule, x, 2)
-    return _batch_loss(_sedd_integrand, model, schedule, x, key, t_eps)
+def _single_objective(
+    integrand: Integrand, name: str, summary: str, requires: tuple[str, str] | None = None
+) -> Callable[..., Array]:
+    """A batch loss ``(model, schedule, x, key, t_eps=T_EPS) -> scalar`` for one integrand.
+
+    ``requires = (method, kind)``: the loss is defined for schedules of that kind only.
+    """
+
+    def loss(
+        model: DiffusionTransformer,
+        schedule: InterpolatingSchedule,
+        x: Int[Array, "B L"],
+        key: PRNGKeyArray,
+        t_eps: float = T_EPS,
+    ) -> Float[Array, ""]:
+        x = _check(model, schedule, x, 2)
+        if requires is not None and schedule.kind != requires[1]:
+            method, kind = requires
+            raise ValueError(f"{method} needs the {kind} schedule, got kind={schedule.kind!r}.")
+        return _batch_loss(integrand, model, schedule, x, key, t_eps)
+
+    loss.__name__ = loss.__qualname__ = name
+    loss.__doc__ = f"""{summary}
+
+    Args:
+        model: a `DiffusionTransformer` with ``vocab_size == schedule.vocab_size``.
+        schedule: the forward process. x: clean ids ``int[B, L]``. key: PRNG key.
+        t_eps: times are drawn in ``[t_eps, 1 - t_eps]``.
+
+    Returns:
+        scalar loss (nats per token).
+    """
+    return loss
+
+
+mdlm_loss = _single_objective(
+    _mdlm_integrand,
+    "mdlm_loss",
+    "MDLM: ``E_t[ -alpha'/(1 - alpha) sum_{i masked} -log x_hat_i(x_i) ] / L`` (masked only).",
+    requires=("MDLM", "masked"),
+)
+sedd_loss = _single_objective(
+    _sedd_integrand,
+    "sedd_loss",
+    "SEDD score entropy (DWDSE), logits read as log concrete scores (uniform or absorbing).",
+)
 
 
 def nelbo(
@@ -202,14 +225,10 @@ def nelbo(
     those end intervals, ``O(t_eps)``).
     """
     x = _check(model, schedule, x, 1)
-    if parameterization not in _PATH_INTEGRANDS:
-        raise ValueError(
-            f"`parameterization` must be one of {list(_PATH_INTEGRANDS)}, got {parameterization!r}."
-        )
+    integrand = _path_integrand_checked(parameterization)
     for name, val in (("num_times", num_times), ("num_noise", num_noise)):
         if not isinstance(val, int) or val < 1:
             raise ValueError(f"`{name}` must be an int >= 1, got {val!r}.")
-    integrand = _PATH_INTEGRANDS[parameterization]
     kt, kz = jr.split(key)
     t = jnp.repeat(stratified_times(kt, num_times, t_eps), num_noise)
     z = jax.vmap(lambda k, ti: schedule.sample(k, x, ti))(jr.split(kz, t.shape[0]), t)

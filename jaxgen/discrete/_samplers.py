@@ -38,43 +38,48 @@ def _check_rates(log_lam: Array, log_pi: Array) -> tuple[Array, Array]:
     return log_lam, log_pi
 
 
-def euler_jump_step(
+def jump_step(
     key: PRNGKeyArray,
     z: Int[Array, "*batch L"],
     log_lam: Float[Array, "*batch L"],
     log_pi: Float[Array, "*batch L S"],
     h: Float[Array, ""] | float,
+    method: str = "euler",
 ) -> Int[Array, "*batch L"]:
-    """Exit-rate Euler step: position ``i`` jumps w.p. ``1 - exp(-h lambda_i)`` to ``y ~ pi_i``.
+    """One step of length ``h`` of the reverse chain with its rates frozen over the step.
 
-    Exact for rates frozen over the step when at most one jump per position is allowed. Acts on
-    one sequence or a batch (leading axes) with one key: the random bits are drawn in one go.
+    Position ``i`` moves to ``y ~ pi_i`` when its jump fires:
+
+    - ``"euler"``: w.p. ``1 - exp(-h lambda_i)``; exact for frozen rates when at most one jump
+      per position is allowed.
+    - ``"tau_leaping"``: ``n_y ~ Poisson(h lambda pi_y)`` and the position moves iff exactly one
+      jump fired (choice). By Poisson splitting ``sum_y n_y ~ Poisson(h lambda)`` and a single
+      event lands on ``y ~ pi``; multiple events are rejected (the state stays).
+
+    Acts on one sequence or a batch (leading axes) with one key: the random bits are drawn in one
+    go.
     """
     log_lam, log_pi = _check_rates(log_lam, log_pi)
-    ku, ky = jr.split(key)
-    p_jump = -jnp.expm1(-h * jnp.exp(log_lam))
-    u = uniform(ku, z.shape, p_jump.dtype)
+    kf, ky = jr.split(key)
+    rate = h * jnp.exp(log_lam)
+    if method == "euler":
+        fired = uniform(kf, z.shape, rate.dtype) < -jnp.expm1(-rate)
+    elif method == "tau_leaping":
+        fired = jr.poisson(kf, rate, z.shape) == 1
+    else:
+        raise ValueError(f"`method` must be 'euler' or 'tau_leaping', got {method!r}.")
     y = categorical(ky, log_pi).astype(z.dtype)
-    return jnp.where(u < p_jump, y, z)
+    return jnp.where(fired, y, z)
 
 
-def tau_leap_step(
-    key: PRNGKeyArray,
-    z: Int[Array, "*batch L"],
-    log_lam: Float[Array, "*batch L"],
-    log_pi: Float[Array, "*batch L S"],
-    h: Float[Array, ""] | float,
-) -> Int[Array, "*batch L"]:
-    """tau-leaping: ``n_y ~ Poisson(h lambda pi_y)``; move iff exactly one jump fired (choice).
+def euler_jump_step(key, z, log_lam, log_pi, h):
+    """Exit-rate Euler step: `jump_step` with ``method="euler"``."""
+    return jump_step(key, z, log_lam, log_pi, h, "euler")
 
-    By Poisson splitting, ``sum_y n_y ~ Poisson(h lambda)`` and a single event lands on
-    ``y ~ pi``; multiple events are rejected (the state stays).
-    """
-    log_lam, log_pi = _check_rates(log_lam, log_pi)
-    kn, ky = jr.split(key)
-    n = jr.poisson(kn, h * jnp.exp(log_lam), z.shape)
-    y = categorical(ky, log_pi).astype(z.dtype)
-    return jnp.where(n == 1, y, z)
+
+def tau_leap_step(key, z, log_lam, log_pi, h):
+    """tau-leaping step: `jump_step` with ``method="tau_leaping"``."""
+    return jump_step(key, z, log_lam, log_pi, h, "tau_leaping")
 
 
 def _gillespie_interval(
@@ -129,7 +134,7 @@ def sample_rates(
         key: PRNG key. rate_fn: the reverse chain on one sequence (log exit rate (L,), log jump
             probabilities (L, V)). schedule: gives the prior ``q_1`` and the mask id.
         num, length: output shape. steps: ``K >= 1`` grid steps.
-        method: ``"euler"`` (`euler_jump_step`), ``"tau_leaping"`` (`tau_leap_step`) or
+        method: ``"euler"`` or ``"tau_leaping"`` (`jump_step`), or
             ``"gillespie"`` (exact simulation of the chain whose rates are frozen in time over
             each step; at most ``max_events`` jumps per step, default ``4 * length``; for tests and
             small state spaces). Masked tokens left at the end are filled from ``pi`` at
@@ -176,8 +181,7 @@ def _sample_rates(key, rate_fn, schedule, num, length, steps, method, t_eps, max
         # one network call for the batch, then one draw of random bits for all positions
         log_lam, log_pi = jax.vmap(rate_fn, in_axes=(0, None))(z, t)
         k_step, k_fill = jr.split(key_i)
-        step = euler_jump_step if method == "euler" else tau_leap_step
-        stepped = step(k_step, z, log_lam, log_pi, h)
+        stepped = jump_step(k_step, z, log_lam, log_pi, h, method)
         if not fill_in_loop:
             return stepped
         return jnp.where(i == steps, _fill_masks(k_fill, z, log_pi, schedule), stepped)
