@@ -5,6 +5,8 @@ One network serves every parameterisation: its per-position logits are read as j
 ``"score"``); the scalar exit head is used by Neural CTMC only.
 """
 
+from typing import Any
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -31,29 +33,25 @@ class DiffusionTransformer(eqx.Module):
     transformer: Transformer
     exit_head: eqx.nn.Linear
 
-    def __init__(
-        self,
-        vocab_size: int,
-        dim: int,
-        num_layers: int,
-        num_heads: int,
-        max_len: int,
-        *,
-        key: PRNGKeyArray,
-        mixer: str = "swiglu",
-    ):
+    def __init__(self, *sizes: int, key: PRNGKeyArray, **transformer_options: Any):
+        """Build the network.
+
+        Args:
+            *sizes: ``vocab_size, dim, num_layers, num_heads, max_len`` as for
+                `jaxgen.nn.Transformer`.
+            key: PRNG key.
+            **transformer_options: any other keyword of `jaxgen.nn.Transformer` (``mixer``,
+                ``mixer_kwargs``, ``positions``, ...), except ``causal`` and
+                ``time_conditioning``, which this model fixes (bidirectional, time-conditioned).
+        """
+        fixed = {"causal", "time_conditioning"} & set(transformer_options)
+        if fixed:
+            raise ValueError(f"DiffusionTransformer fixes {sorted(fixed)}; do not pass them.")
         ktr, _ = jr.split(key)
         self.transformer = Transformer(
-            vocab_size,
-            dim,
-            num_layers,
-            num_heads,
-            max_len,
-            key=ktr,
-            mixer=mixer,
-            causal=False,
-            time_conditioning=True,
+            *sizes, key=ktr, causal=False, time_conditioning=True, **transformer_options
         )
+        dim = self.transformer.dim
         lin = eqx.nn.Linear(dim, 1, key=key)
         self.exit_head = eqx.tree_at(
             lambda m: (m.weight, m.bias),

@@ -309,16 +309,11 @@ def _sample_impl(
     return jax.lax.fori_loop(p, length, step, (buf, key))[0]
 
 
-@eqx.filter_jit
-def _sample_batch(
-    keys: Array,
-    model: CausalLM,
-    prompt: Array,
-    length: int,
-    temperature: float,
-    top_k: int | None,
-) -> Array:
-    return jax.vmap(lambda k: _sample_impl(k, model, prompt, length, temperature, top_k))(keys)
+# one compiled sampler per (model structure, prompt length, length, temperature, top_k); the
+# keys are the batch axis
+_sample_batch = eqx.filter_jit(
+    eqx.filter_vmap(_sample_impl, in_axes=(0, None, None, None, None, None))
+)
 
 
 def sample_lm(
