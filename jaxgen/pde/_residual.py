@@ -4,11 +4,12 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, ArrayLike, Float
 
-LogDensityFn = Callable[[Float[Array, ""], Float[Array, " dim"]], Float[Array, ""]]
-DriftFn = Callable[[Float[Array, " dim"]], Float[Array, " dim"]]
-DiffusionFn = Callable[[Float[Array, " dim"]], Float[Array, "dim dim"]]
+from ..core.types import Array, Matrix, Scalar, ScalarLike, Vector
+
+LogDensityFn = Callable[[Scalar, Vector], Scalar]
+DriftFn = Callable[[Vector], Vector]
+DiffusionFn = Callable[[Vector], Matrix]
 
 
 def _check_x(x: Array, drift: DriftFn, diffusion: DiffusionFn) -> None:
@@ -26,12 +27,8 @@ def _check_x(x: Array, drift: DriftFn, diffusion: DiffusionFn) -> None:
 
 
 def fp_log_rhs(
-    logp_fn: LogDensityFn,
-    t: Float[ArrayLike, ""],
-    x: Float[Array, " dim"],
-    drift: DriftFn,
-    diffusion: DiffusionFn,
-) -> Float[Array, ""]:
+    logp_fn: LogDensityFn, t: ScalarLike, x: Vector, drift: DriftFn, diffusion: DiffusionFn
+) -> Scalar:
     r"""Right-hand side F[l] of the Fokker-Planck equation written for l = log p.
 
     For dX = b(X) dt + sigma(X) dW with a = sigma sigma^T, p solves
@@ -78,12 +75,8 @@ def fp_log_rhs(
 
 
 def fp_log_residual(
-    logp_fn: LogDensityFn,
-    t: Float[ArrayLike, ""],
-    x: Float[Array, " dim"],
-    drift: DriftFn,
-    diffusion: DiffusionFn,
-) -> Float[Array, ""]:
+    logp_fn: LogDensityFn, t: ScalarLike, x: Vector, drift: DriftFn, diffusion: DiffusionFn
+) -> Scalar:
     r"""Fokker-Planck residual R = d_t l - F[l] of a log-density l(t, x) at one point.
 
     Zero wherever ``logp_fn`` is the log transition density of dX = b dt + sigma dW; the
