@@ -44,7 +44,11 @@ def _check_alpha(alpha: float) -> float:
     return float(alpha)
 
 
-def hyperbolic_pair(alpha: float = math.pi / 8) -> tuple[Callable, Callable]:
+# default hyperbolic angle of the activation pair (the paper's choice)
+DEFAULT_ALPHA = math.pi / 8
+
+
+def hyperbolic_pair(alpha: float = DEFAULT_ALPHA) -> tuple[Callable, Callable]:
     r"""The invertible activation pair :math:`(\sigma_+, \sigma_-)` of angle ``alpha``.
 
     Args:
@@ -88,7 +92,7 @@ class BiorthoLayer(eqx.Module):
     b: Float[Array, " n_in"]
     alpha: float = eqx.field(static=True)
 
-    def __init__(self, n_in: int, n_out: int, *, key: PRNGKeyArray, alpha: float = math.pi / 8):
+    def __init__(self, n_in: int, n_out: int, *, key: PRNGKeyArray, alpha: float = DEFAULT_ALPHA):
         for name, v in (("n_in", n_in), ("n_out", n_out)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"`{name}` must be an int >= 1, got {v!r}.")
@@ -157,7 +161,7 @@ class ConstrainedAE(eqx.Module):
     layers: tuple[BiorthoLayer, ...]
     dims: tuple[int, ...] = eqx.field(static=True)
 
-    def __init__(self, dims: Sequence[int], *, key: PRNGKeyArray, alpha: float = math.pi / 8):
+    def __init__(self, dims: Sequence[int], *, key: PRNGKeyArray, alpha: float = DEFAULT_ALPHA):
         self.dims = check_dims(dims)
         keys = jr.split(key, len(self.dims) - 1)
         self.layers = tuple(

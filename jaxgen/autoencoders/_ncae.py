@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from ._cae import ConstrainedAE, check_dims, check_sample
+from ._cae import DEFAULT_ALPHA, ConstrainedAE, check_dims, check_sample
 
 MODES = ("slope_shift", "angle")
 
@@ -70,13 +70,13 @@ class NcAE(eqx.Module):
         dims: Sequence[int],
         context_dim: int,
         *,
-        key: PRNGKeyArray,
-        alpha: float = math.pi / 8,
+        alpha: float = DEFAULT_ALPHA,
         hyper_width: int = 32,
         hyper_depth: int = 2,
         s_min: float = 0.05,
         s_max: float = 20.0,
         mode: str = "slope_shift",
+        key: PRNGKeyArray,
     ):
         dims = check_dims(dims)
         if not isinstance(context_dim, int) or context_dim < 1:
@@ -291,7 +291,7 @@ class ConcatCAE(eqx.Module):
         context_dim: int,
         *,
         key: PRNGKeyArray,
-        alpha: float = math.pi / 8,
+        alpha: float = DEFAULT_ALPHA,
     ):
         dims = check_dims(dims)
         self.context_dim = context_dim
@@ -332,8 +332,8 @@ class FiLMCAE(eqx.Module):
         dims: Sequence[int],
         context_dim: int,
         *,
+        alpha: float = DEFAULT_ALPHA,
         key: PRNGKeyArray,
-        alpha: float = math.pi / 8,
     ):
         dims = check_dims(dims)
         k1, k2, k3 = jr.split(key, 3)

@@ -154,10 +154,10 @@ def convmmd_loss_gmm_marginal(
     x: Float[Array, "b dim"],
     scales: Float[Array, "b ..."],
     *,
-    key: PRNGKeyArray,
     noise: NoiseModel,
     bandwidths: Float[Array, " H"],
     kernel: str = "gaussian",
+    key: PRNGKeyArray,
 ) -> Float[Array, ""]:
     r"""ConvMMD loss of a Gaussian mixture with the component labels marginalised (spec 2.3a).
 

@@ -4,6 +4,7 @@ generative perplexity.
 """
 
 from ._icl_attention import (
+    AbstractICLRegressor as AbstractICLRegressor,
     FourierLift as FourierLift,
     LinearAttentionICL as LinearAttentionICL,
     LinearSelfAttention as LinearSelfAttention,

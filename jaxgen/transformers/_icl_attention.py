@@ -16,7 +16,9 @@ References:
     minimax-optimal in-context nonparametric regression with transformers (arXiv:2601.15014).
 """
 
+import abc
 import math
+from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
@@ -91,7 +93,33 @@ def _check_xy(x: Array, y: Array, xq: Array) -> None:
         )
 
 
-class TwoStageConstruction(eqx.Module):
+class AbstractICLRegressor(eqx.Module):
+    """An in-context regressor: a context ``(x, y)`` and queries in, predictions out.
+
+    Subclasses implement ``_predict(x, y, xq, ctx)`` on checked inputs, ``ctx`` (n,) bool the
+    real context points; `__call__` is the one public entry point.
+    """
+
+    def __call__(
+        self,
+        x: Float[Array, "n D"],
+        y: Float[Array, " n"],
+        xq: Float[Array, "*Q D"],
+        mask: Bool[Array, " n"] | None = None,
+    ) -> Float[Array, "*Q"]:
+        """Prediction at ``xq (D,)`` -> scalar, or ``(Q, D)`` -> ``(Q,)``.
+
+        ``mask`` (n,) marks the real context points (default: all); padded points are ignored.
+        """
+        _check_xy(x, y, xq)
+        return self._predict(x, y, xq, _key_mask(mask, x.shape[0]))
+
+    @abc.abstractmethod
+    def _predict(self, x: Array, y: Array, xq: Array, ctx: Bool[Array, " n"]) -> Float[Array, "*Q"]:
+        """The prediction on checked inputs."""
+
+
+class TwoStageConstruction(AbstractICLRegressor):
     """Hand-set linear-attention network reproducing local-linear regression on a manifold.
 
     A kernel head ``out(q) = sum_i <psi(q), psi(x_i)> v_i`` with token values
@@ -220,18 +248,10 @@ class TwoStageConstruction(eqx.Module):
         X = jax.lax.fori_loop(0, self.n_sign, body, X)
         return 0.5 * (eye + X)
 
-    def __call__(
-        self,
-        x: Float[Array, "n D"],
-        y: Float[Array, " n"],
-        xq: Float[Array, "*Q D"],
-        mask: Bool[Array, " n"] | None = None,
-    ) -> Float[Array, "*Q"]:
-        """Prediction at one query ``xq (D,)`` (or ``(Q, D)`` -> ``(Q,)``)."""
-        _check_xy(x, y, xq)
+    def _predict(self, x: Array, y: Array, xq: Array, ctx: Array) -> Array:
         if xq.ndim == 2:
-            return jax.vmap(lambda q: self(x, y, q, mask))(xq)
-        m = _key_mask(mask, x.shape[0]).astype(x.dtype)
+            return jax.vmap(lambda q: self._predict(x, y, q, ctx))(xq)
+        m = ctx.astype(x.dtype)
         x = eqx.error_if(x, jnp.sum(m) == 0, "`mask` is all False: the context has no points.")
         Pi = self.projector(x, xq, m > 0)
         eye = jnp.eye(x.shape[1], dtype=x.dtype)
@@ -291,7 +311,60 @@ def _tokens(lift: FourierLift, embed: Array, x: Array, y: Array, xq: Array) -> t
     return jnp.concatenate([ctx, qry], axis=0) @ embed.T.astype(x.dtype), q.shape[0]
 
 
-class LinearAttentionICL(eqx.Module):
+class _FourierTokenICL(AbstractICLRegressor):
+    """What the two trained in-context regressors share: tokens in, one linear read-out.
+
+    Tokens ``[psi(x_i); y_i; 0]`` (context) and ``[psi(x_q); 0; 1]`` (queries), ``psi`` a
+    learnable Fourier lift of width ``2 num_frequencies``, embedded to ``dim``; subclasses mix
+    them (``_init_layers``, ``_mix``) and the query tokens are read out after a final RMSNorm.
+    Queries never serve as keys, so several queries in one call equal separate calls.
+    """
+
+    lift: FourierLift
+    embed: Float[Array, "dim F"]
+    final_norm: RMSNorm
+    readout: Float[Array, " dim"]
+
+    def __init__(
+        self,
+        D: int,
+        *,
+        dim: int = 64,
+        num_layers: int = 4,
+        num_heads: int = 4,
+        num_frequencies: int = 128,
+        frequency_scale: float = 3.0,
+        key: PRNGKeyArray,
+        **layer_options: Any,
+    ):
+        if dim % num_heads:
+            raise ValueError(f"`dim` ({dim}) must be divisible by `num_heads` ({num_heads}).")
+        kl, ke, *layer_keys, kr = jr.split(key, 3 + self._NUM_LAYER_KEYS)
+        self.lift = FourierLift(D, num_frequencies, frequency_scale, key=kl)
+        F = 2 * num_frequencies + 2
+        self.embed = jr.normal(ke, (dim, F)) / math.sqrt(F)
+        self._init_layers(dim, num_layers, num_heads, *layer_keys, **layer_options)
+        self.final_norm = RMSNorm(dim)
+        self.readout = jr.normal(kr, (dim,)) / math.sqrt(dim)
+
+    _NUM_LAYER_KEYS: ClassVar[int]
+
+    @abc.abstractmethod
+    def _init_layers(self, dim: int, num_layers: int, num_heads: int, *keys: PRNGKeyArray):
+        """Set the mixing layers from ``_NUM_LAYER_KEYS`` keys."""
+
+    @abc.abstractmethod
+    def _mix(self, Z: Float[Array, "L dim"], keys: Bool[Array, " L"]) -> Float[Array, "L dim"]:
+        """Mix the tokens; ``keys`` marks those usable as keys/values (real context tokens)."""
+
+    def _predict(self, x: Array, y: Array, xq: Array, ctx: Array) -> Array:
+        Z, Q = _tokens(self.lift, self.embed, x, jnp.where(ctx, y, 0.0), xq)
+        Z = self._mix(Z, jnp.concatenate([ctx, jnp.zeros((Q,), bool)]))
+        out = jax.vmap(self.final_norm)(Z[-Q:]) @ self.readout.astype(Z.dtype)
+        return out[0] if xq.ndim == 1 else out
+
+
+class LinearAttentionICL(_FourierTokenICL):
     """Trainable linear-attention in-context regressor (spec 2.5).
 
     Tokens ``[psi(x_i); y_i; 0]`` (context) and ``[psi(x_q); 0; 1]`` (queries), ``psi`` a
@@ -302,113 +375,56 @@ class LinearAttentionICL(eqx.Module):
     separate calls. No positional encodings (a set input).
     """
 
-    lift: FourierLift
-    embed: Float[Array, "dim F"]
-    norms: tuple[RMSNorm, ...]
     layers: tuple[LinearSelfAttention, ...]
+    norms: tuple[RMSNorm, ...]
     mlps: tuple[_TokenMLP, ...]
-    final_norm: RMSNorm
-    readout: Float[Array, " dim"]
 
-    def __init__(
-        self,
-        D: int,
-        *,
-        dim: int = 64,
-        num_layers: int = 4,
-        num_heads: int = 4,
-        num_frequencies: int = 128,
-        frequency_scale: float = 3.0,
-        key: PRNGKeyArray,
-    ):
-        if dim % num_heads:
-            raise ValueError(f"`dim` ({dim}) must be divisible by `num_heads` ({num_heads}).")
-        kl, ke, ka, km, kr = jr.split(key, 5)
-        self.lift = FourierLift(D, num_frequencies, frequency_scale, key=kl)
-        F = 2 * num_frequencies + 2
-        self.embed = jr.normal(ke, (dim, F)) / math.sqrt(F)
+    _NUM_LAYER_KEYS = 2
+
+    def _init_layers(self, dim: int, num_layers: int, num_heads: int, *keys: PRNGKeyArray):
+        ka, km = keys
         self.norms = tuple(RMSNorm(dim) for _ in range(num_layers))
         self.layers = tuple(
             LinearSelfAttention(dim, num_heads, dim // num_heads, key=k)
             for k in jr.split(ka, num_layers)
         )
         self.mlps = tuple(_TokenMLP(dim, 2 * dim, key=k) for k in jr.split(km, num_layers))
-        self.final_norm = RMSNorm(dim)
-        self.readout = jr.normal(kr, (dim,)) / math.sqrt(dim)
 
-    def __call__(
-        self,
-        x: Float[Array, "n D"],
-        y: Float[Array, " n"],
-        xq: Float[Array, "*Q D"],
-        mask: Bool[Array, " n"] | None = None,
-    ) -> Float[Array, "*Q"]:
-        """Prediction at ``xq (D,)`` -> scalar, or ``(Q, D)`` -> ``(Q,)``."""
-        _check_xy(x, y, xq)
-        ctx = _key_mask(mask, x.shape[0])
-        Z, Q = _tokens(self.lift, self.embed, x, jnp.where(ctx, y, 0.0), xq)
-        keys = jnp.concatenate([ctx, jnp.zeros((Q,), bool)])
-        for norm, lsa, mlp in zip(self.norms, self.layers, self.mlps, strict=False):
+    def _mix(self, Z: Float[Array, "L dim"], keys: Bool[Array, " L"]) -> Float[Array, "L dim"]:
+        for norm, lsa, mlp in zip(self.norms, self.layers, self.mlps, strict=True):
             Z = Z + lsa(jax.vmap(norm)(Z), keys)
             Z = Z + jax.vmap(mlp)(Z)
-        out = jax.vmap(self.final_norm)(Z[-Q:]) @ self.readout.astype(Z.dtype)
-        return out[0] if xq.ndim == 1 else out
+        return Z
 
 
-class SoftmaxICL(eqx.Module):
+class SoftmaxICL(_FourierTokenICL):
     """Softmax baseline: the same tokens through `jaxgen.nn.TransformerBlock`s (rotary off).
 
     Pre-RMSNorm blocks, bidirectional, with the key ``mask`` of `jaxgen.nn.MultiHeadAttention`
     restricted to the real context tokens (queries attend to the context only).
+
+    Takes the arguments of `LinearAttentionICL` plus ``mixer`` (`jaxgen.nn.TransformerBlock`'s
+    channel mixer, default ``"mlp"``).
     """
 
-    lift: FourierLift
-    embed: Float[Array, "dim F"]
     blocks: tuple[TransformerBlock, ...]
-    final_norm: RMSNorm
-    readout: Float[Array, " dim"]
 
-    def __init__(
-        self,
-        D: int,
-        *,
-        dim: int = 64,
-        num_layers: int = 4,
-        num_heads: int = 4,
-        num_frequencies: int = 128,
-        frequency_scale: float = 3.0,
-        mixer: str = "mlp",
-        key: PRNGKeyArray,
+    _NUM_LAYER_KEYS = 1
+
+    def _init_layers(
+        self, dim: int, num_layers: int, num_heads: int, key: PRNGKeyArray, *, mixer: str = "mlp"
     ):
-        kl, ke, kb, kr = jr.split(key, 4)
-        self.lift = FourierLift(D, num_frequencies, frequency_scale, key=kl)
-        F = 2 * num_frequencies + 2
-        self.embed = jr.normal(ke, (dim, F)) / math.sqrt(F)
         self.blocks = tuple(
             TransformerBlock(dim, num_heads, mixer, {}, rotary=False, time_conditioning=False,
                              out_std=0.02 / math.sqrt(2 * num_layers), key=k)
-            for k in jr.split(kb, num_layers)
+            for k in jr.split(key, num_layers)
         )  # fmt: skip
-        self.final_norm = RMSNorm(dim)
-        self.readout = jr.normal(kr, (dim,)) / math.sqrt(dim)
 
-    def __call__(
-        self,
-        x: Float[Array, "n D"],
-        y: Float[Array, " n"],
-        xq: Float[Array, "*Q D"],
-        mask: Bool[Array, " n"] | None = None,
-    ) -> Float[Array, "*Q"]:
-        """Prediction at ``xq (D,)`` -> scalar, or ``(Q, D)`` -> ``(Q,)``."""
-        _check_xy(x, y, xq)
-        ctx = _key_mask(mask, x.shape[0])
-        x = eqx.error_if(x, ~jnp.any(ctx), "`mask` is all False: the context has no points.")
-        Z, Q = _tokens(self.lift, self.embed, x, jnp.where(ctx, y, 0.0), xq)
-        keys = jnp.concatenate([ctx, jnp.zeros((Q,), bool)])
+    def _mix(self, Z: Float[Array, "L dim"], keys: Bool[Array, " L"]) -> Float[Array, "L dim"]:
+        Z = eqx.error_if(Z, ~jnp.any(keys), "`mask` is all False: the context has no points.")
         for block in self.blocks:
             Z, _ = block(Z, None, causal=False, mask=keys)
-        out = jax.vmap(self.final_norm)(Z[-Q:]) @ self.readout.astype(Z.dtype)
-        return out[0] if xq.ndim == 1 else out
+        return Z
 
 
 def icl_loss(model: eqx.Module, batch: ICLBatch, key: PRNGKeyArray | None = None) -> Array:
