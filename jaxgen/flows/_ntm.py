@@ -479,7 +479,7 @@ class Denoiser(eqx.Module):
         """Clean-data estimate from the first latent ``u_t0`` of a sampled trajectory."""
         _check_state(u_t0, self.seq_len, self.channels, "u_t0")
         y = check_class(y, self.num_classes)
-        parts = [u_t0.reshape(-1), _features(t0, 1000.0, u_t0.dtype)]
+        parts = [u_t0.reshape(-1), _features(jnp.asarray(t0, u_t0.dtype), 1000.0, u_t0.dtype)]
         if self.class_embedding is not None:
             parts.append(self.class_embedding[y].astype(u_t0.dtype))
         return u_t0 + self.mlp(jnp.concatenate(parts)).reshape(u_t0.shape)

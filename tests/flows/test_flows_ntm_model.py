@@ -8,6 +8,7 @@ import functools as ft
 
 import equinox as eqx
 import jax
+import jax.flatten_util
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
@@ -42,13 +43,9 @@ L, C = 3, 2
 
 def perturb(module, key, scale=0.3):
     """Add N(0, scale^2) to every inexact array (random weights for likelihood checks)."""
-    leaves, treedef = jax.tree.flatten(module)
-    keys = jr.split(key, len(leaves))
-    leaves = [
-        x + scale * jr.normal(k, x.shape, x.dtype) if eqx.is_inexact_array(x) else x
-        for x, k in zip(leaves, keys, strict=True)
-    ]
-    return jax.tree.unflatten(treedef, leaves)
+    params, static = eqx.partition(module, eqx.is_inexact_array)
+    flat, unravel = jax.flatten_util.ravel_pytree(params)  # one draw: one compiled RNG call
+    return eqx.combine(unravel(flat + scale * jr.normal(key, flat.shape, flat.dtype)), static)
 
 
 class ExactGaussianPredictor(AbstractGaussianPredictor):
@@ -77,11 +74,27 @@ def models():
     key = jr.key(3)
     k = jr.split(key, 6)
     made = TarFlowTransporter(L, C, conditioner="made", width=8, depth=2, zero_init=False, key=k[0])
-    transformer = TarFlowTransporter(
-        L, C, conditioner="transformer", width=8, depth=1, num_heads=2, zero_init=False, key=k[1]
-    )
     pred = perturb(MLPPredictor(L, C, width=16, depth=2, num_classes=3, key=k[2]), k[3], 0.1)
-    return {"made": made, "transformer": transformer, "pred": pred, "ntm": NTM(made, pred)}
+    return {"made": made, "pred": pred, "ntm": NTM(made, pred)}
+
+
+@pytest.fixture(scope="module")
+def transporters(models):
+    """Both conditioners; the transformer one is built (and compiled) only by slow tests."""
+
+    def get(kind):
+        if kind == "made":
+            return models["made"]
+        return TarFlowTransporter(
+            L, C, conditioner=kind, width=8, depth=1, num_heads=2, zero_init=False, key=jr.key(7)
+        )
+
+    return get
+
+
+# The transformer conditioner repeats the MADE checks with a costlier compile: slow, with the
+# MADE case as its fast twin.
+KINDS = ["made", pytest.param("transformer", marks=pytest.mark.slow)]
 
 
 @pytest.fixture(scope="module")
@@ -95,9 +108,9 @@ def traj():
 # Spec check 3: transporters
 
 
-@pytest.mark.parametrize("kind", ["made", "transformer"])
-def test_transporter_inverse_and_logdet(models, kind, getkey):
-    tr = models[kind]
+@pytest.mark.parametrize("kind", KINDS)
+def test_transporter_inverse_and_logdet(transporters, kind, getkey):
+    tr = transporters(kind)
     x = jr.normal(getkey(), (L, C))
     fwd = eqx.filter_jit(lambda x, t: tr.forward(x, t, 3))
     u, logdet = fwd(x, 0.4)
@@ -109,33 +122,34 @@ def test_transporter_inverse_and_logdet(models, kind, getkey):
     np.testing.assert_allclose(logdet, ref, atol=1e-8)
 
 
-def test_transporter_blocks_are_strictly_causal(models, getkey):
+@pytest.mark.parametrize("kind", KINDS)
+def test_transporter_blocks_are_strictly_causal(transporters, kind, getkey):
     """Block 0 reads tokens in order, block 1 reversed: token n sees only earlier tokens."""
     x = jr.normal(getkey(), (L, C))
-    for kind in ("made", "transformer"):
-        for i, block in enumerate(models[kind].blocks):
-            fwd = lambda x, b=block: b.forward(x, jnp.array(0.3), jnp.array(3.0))[0]  # noqa: E731
-            jac = jax.jit(jax.jacobian(fwd))(x)  # (L, C, L, C)
-            for n in range(L):
-                for m in range(L):
-                    later = m > n if i % 2 == 0 else m < n
-                    if later:
-                        np.testing.assert_array_equal(jac[n, :, m, :], 0.0)
-                    if m == n:  # diagonal block: elementwise scale, no mixing of channels
-                        np.testing.assert_array_equal(jac[n, :, n, :] * (1 - jnp.eye(C)), 0.0)
+    for i, block in enumerate(transporters(kind).blocks):
+        fwd = lambda x, b=block: b.forward(x, jnp.array(0.3), jnp.array(3.0))[0]  # noqa: E731
+        jac = jax.jit(jax.jacobian(fwd))(x)  # (L, C, L, C)
+        for n in range(L):
+            for m in range(L):
+                later = m > n if i % 2 == 0 else m < n
+                if later:
+                    np.testing.assert_array_equal(jac[n, :, m, :], 0.0)
+                if m == n:  # diagonal block: elementwise scale, no mixing of channels
+                    np.testing.assert_array_equal(jac[n, :, n, :] * (1 - jnp.eye(C)), 0.0)
 
 
-def test_zero_init_and_noise_level_are_identity(models, getkey):
+@pytest.mark.parametrize("kind", KINDS)
+def test_zero_init_and_noise_level_are_identity(transporters, kind, getkey):
     x = jr.normal(getkey(), (L, C))
-    for kind in ("made", "transformer"):
-        zero = TarFlowTransporter(L, C, conditioner=kind, width=8, depth=1, key=getkey())
-        u, logdet = eqx.filter_jit(zero.forward)(x, 0.3, 4)
-        np.testing.assert_array_equal(u, x)
-        assert logdet == 0.0
-        u, logdet = eqx.filter_jit(models[kind].forward)(x, 1.0, 4)  # t = 1: identity
-        np.testing.assert_array_equal(u, x)
-        assert logdet == 0.0
-        np.testing.assert_array_equal(eqx.filter_jit(models[kind].inverse)(x, 1.0, 4), x)
+    zero = TarFlowTransporter(L, C, conditioner=kind, width=8, depth=1, key=getkey())
+    u, logdet = eqx.filter_jit(zero.forward)(x, 0.3, 4)
+    np.testing.assert_array_equal(u, x)
+    assert logdet == 0.0
+    tr = transporters(kind)
+    u, logdet = eqx.filter_jit(tr.forward)(x, 1.0, 4)  # t = 1: identity
+    np.testing.assert_array_equal(u, x)
+    assert logdet == 0.0
+    np.testing.assert_array_equal(eqx.filter_jit(tr.inverse)(x, 1.0, 4), x)
 
 
 def test_float32_inverse_error_on_data_shape(getkey):
@@ -187,13 +201,20 @@ def test_step_density_is_normalised(getkey):
         np.testing.assert_allclose(mass(x_t), 1.0, atol=1e-5)
 
 
-def test_trajectory_nll_jit_vmap_grad(models, traj, getkey):
+@pytest.mark.slow
+def test_trajectory_nll_eager_equals_jit(models, traj):
+    """Eager (op by op: one small compile per primitive and shape) against jit."""
+    xs, ts = traj
+    y = jnp.array(1)
+    eager = models["ntm"].trajectory_nll(xs, ts, y)
+    np.testing.assert_allclose(eqx.filter_jit(models["ntm"].trajectory_nll)(xs, ts, y), eager)
+
+
+def test_trajectory_nll_jit_vmap(models, traj, getkey):
+    """vmap == loop of the jitted NLL (eager == jit: the slow twin above, and the closed forms)."""
     xs, ts = traj
     model = models["ntm"]
-    y = jnp.array(1)
-    eager = model.trajectory_nll(xs, ts, y)
     nll = eqx.filter_jit(model.trajectory_nll)
-    np.testing.assert_allclose(nll(xs, ts, y), eager, rtol=1e-12)
     keys = jr.split(getkey(), 3)
     batch = jax.vmap(forward_trajectory, in_axes=(0, 0, None))(
         keys, jr.normal(getkey(), (3, L, C)), ts
@@ -202,10 +223,16 @@ def test_trajectory_nll_jit_vmap_grad(models, traj, getkey):
     batched = jax.jit(jax.vmap(model.trajectory_nll, in_axes=(0, None, 0)))(batch, ts, labels)
     loop = [nll(b, ts, lab) for b, lab in zip(batch, labels, strict=True)]
     np.testing.assert_allclose(batched, loop, rtol=1e-12)
-    check_grads(jax.jit(lambda x: model.trajectory_nll(x, ts, y)), (xs,), order=1, modes=["rev"])
 
 
-def test_sample_jit_and_invert(models, traj, getkey):
+def test_trajectory_nll_check_grads(models, traj):
+    xs, ts = traj
+    nll = jax.jit(lambda x: models["ntm"].trajectory_nll(x, ts, jnp.array(1)))
+    check_grads(nll, (xs,), order=1, modes=["rev"])
+
+
+@pytest.mark.slow
+def test_sample_eager_equals_jit(models, traj, getkey):
     _, ts = traj
     model = models["ntm"]
     key, y = getkey(), jnp.array(0)
@@ -213,6 +240,13 @@ def test_sample_jit_and_invert(models, traj, getkey):
     x0_jit, u_jit = eqx.filter_jit(model.sample)(key, ts, y, cfg_scale=jnp.array(1.5))
     np.testing.assert_allclose(x0_jit, x0, rtol=1e-12)
     np.testing.assert_allclose(u_jit, u_traj, rtol=1e-12)
+
+
+def test_sample_jit_and_invert(models, traj, getkey):
+    _, ts = traj
+    model = models["ntm"]
+    key, y = getkey(), jnp.array(0)
+    x0, u_traj = eqx.filter_jit(model.sample)(key, ts, y, cfg_scale=jnp.array(1.5))
     assert x0.shape == (L, C) and u_traj.shape == (len(ts), L, C)
     xs = model.invert_trajectory(u_traj, ts, y)
     np.testing.assert_allclose(xs[0], x0, atol=1e-12)
@@ -221,6 +255,7 @@ def test_sample_jit_and_invert(models, traj, getkey):
     np.testing.assert_allclose(u_back, u_traj[:-1], atol=1e-10)
 
 
+@pytest.mark.slow  # full-mode architecture; the MLP predictor carries the fast checks
 def test_transformer_predictor_shapes(getkey, traj):
     xs, ts = traj
     pred = TransformerPredictor(L, C, width=8, depth=1, num_heads=2, num_classes=2, key=getkey())
@@ -283,11 +318,9 @@ def test_elbo_is_exact_for_the_exact_model(getkey):
     np.testing.assert_allclose(elbo, ref, rtol=1e-10)
 
 
-def test_finetune_init_is_the_fm_gaussian_sampler(getkey):
-    """Spec check 7: zero proj_out + identity transporter = FM Gaussian-posterior sampler."""
+def _finetune_init(getkey):
     field = gaussian_fm_field(2)
     pred = PosteriorResidualPredictor(field, key=getkey(), width=8)
-    model = NTM(IdentityTransporter(), pred)
     ts = ntm_schedule(4, 2, 0.02)
     u = jr.normal(getkey(), (2, 1))
     mu, log_sigma = pred(u, ts[2], ts[1], None, 4)
@@ -295,6 +328,18 @@ def test_finetune_init_is_the_fm_gaussian_sampler(getkey):
     x0_hat = u + ts[2] * field(1 - ts[2], u.reshape(-1)).reshape(2, 1)
     np.testing.assert_array_equal(mu, a * u + b * x0_hat)
     np.testing.assert_allclose(jnp.exp(log_sigma), c * jnp.ones((2, 1)), rtol=1e-15)
+    return field, NTM(IdentityTransporter(), pred), ts, u
+
+
+def test_finetune_init_is_the_fm_gaussian_posterior(getkey):
+    """Fast twin of spec check 7: at init (mu_P, sigma_P) = (mu_post, sigma_post) exactly."""
+    _finetune_init(getkey)
+
+
+@pytest.mark.slow
+def test_finetune_init_is_the_fm_gaussian_sampler(getkey):
+    """Spec check 7: zero proj_out + identity transporter = FM Gaussian-posterior sampler."""
+    field, model, ts, u = _finetune_init(getkey)
     key = getkey()
     x_t0, u_traj = eqx.filter_jit(model.sample)(key, ts, None)
     noise = jr.normal(key, (5, 2, 1))
@@ -313,6 +358,27 @@ def _sigma_loss(sigma_net, batch, key, *, base):
     return ntm_loss(model, batch, key, steps=(2,), t_min_range=(0.05, 0.05))
 
 
+def test_exact_kernel_variance_monte_carlo(getkey):
+    """Fast twin of spec check 6: for data N(m, v), the reverse kernel p(x_s | x_t) has mean
+    A x_t + B E[x0 | x_t] and variance C^2 + B^2 Var(x0 | x_t) (the ExactGaussianPredictor that
+    the slow check trains towards): Monte Carlo pairs from the forward chain, within 5 SE.
+    """
+    exact = ExactGaussianPredictor(GAUSS_MEAN, GAUSS_VAR, 1, 1)
+    ts, n = np.asarray(ntm_schedule(2, 1, 0.05)), 40000
+    x0 = GAUSS_MEAN + np.sqrt(GAUSS_VAR) * np.asarray(jr.normal(getkey(), (n,)))
+    noise = np.asarray(jr.normal(getkey(), (2, n)))
+    for k in (1, 2):
+        s, t = float(ts[k - 1]), float(ts[k])
+        x_s = (1 - s) * x0 + s * noise[0]
+        alpha = (1 - t) / (1 - s)
+        x_t = alpha * x_s + np.sqrt(t**2 - alpha**2 * s**2) * noise[1]
+        mu, log_sigma = exact(jnp.asarray(x_t), t, s, None, 2)
+        z = (x_s - np.asarray(mu)) / np.exp(np.asarray(log_sigma))
+        assert abs(z.mean()) < 5 / np.sqrt(n)
+        assert abs(z.var() - 1) < 5 * np.sqrt(2 / n)
+
+
+@pytest.mark.slow
 def test_learned_sigma_recovers_posterior_variance(getkey):
     """Spec check 6: mean fixed at mu_post (exact FM field), only delta-sigma trained; sigma_P^2
     matches C^2 + B^2 Var(x0 | x_t) within 2% (the variance gap a Gaussian step must learn).
@@ -348,7 +414,7 @@ def test_learned_sigma_recovers_posterior_variance(getkey):
 # Losses, denoiser, training mechanics
 
 
-@pytest.mark.parametrize("mode", ["end_to_end", "pairwise"])
+@pytest.mark.parametrize("mode", ["end_to_end", pytest.param("pairwise", marks=pytest.mark.slow)])
 def test_ntm_loss_multi_T_and_modes(models, getkey, mode):
     x0 = jr.uniform(getkey(), (6, L, C), minval=-1, maxval=1)
     y = jnp.array([0, 1, 2, 0, 1, 2])
@@ -451,6 +517,16 @@ def _targets_both_ways(key, model, x0, ts, y):
     )
 
 
+def test_denoiser_init_and_loss(getkey):
+    """Fast twin of the slow targets test: zero-initialised residual and the loss formula."""
+    u0, target = jr.normal(getkey(), (2, 2, L, C))
+    den = Denoiser(L, C, width=8, depth=1, num_classes=3, key=getkey())
+    np.testing.assert_array_equal(den(u0[0], 0.02, jnp.array(0)), u0[0])
+    batch = (u0, jnp.full(2, 0.02), target, jnp.array([1, 2]))
+    np.testing.assert_allclose(denoiser_loss(den, batch, getkey()), jnp.mean((u0 - target) ** 2))
+
+
+@pytest.mark.slow
 def test_denoiser_targets_and_loss(models, getkey):
     ts = ntm_schedule(3, L, 0.02)
     x0 = jr.normal(getkey(), (L, C))
