@@ -41,8 +41,8 @@ from ._ntm_closed import (
     trajectory_covariance,
 )
 from ._ntm_predict import (
-    NUM_FEATURES,
     AbstractGaussianPredictor,
+    ConditionedMLP,
     _features,
     check_class,
     velocity_to_x0,
@@ -440,11 +440,9 @@ class Denoiser(eqx.Module):
     inference it replaces the sequential inversion of ``f_T`` after the predictor's ``T`` steps.
     """
 
-    mlp: eqx.nn.MLP
-    class_embedding: Float[Array, "classes emb"] | None
     seq_len: int = eqx.field(static=True)
     channels: int = eqx.field(static=True)
-    num_classes: int = eqx.field(static=True)
+    net: ConditionedMLP
 
     def __init__(
         self,
@@ -458,17 +456,14 @@ class Denoiser(eqx.Module):
     ):
         """Build the MLP (``depth`` hidden layers of ``width``, SiLU, zero-initialised output)."""
         _check_sizes(seq_len=seq_len, channels=channels, width=width, depth=depth)
-        k_mlp, k_emb = jr.split(key)
         dim = seq_len * channels
-        emb = NUM_FEATURES if num_classes else 0
-        mlp = eqx.nn.MLP(dim + NUM_FEATURES + emb, dim, width, depth, jax.nn.silu, key=k_mlp)
-        self.mlp = eqx.tree_at(
-            lambda m: (m.layers[-1].weight, m.layers[-1].bias), mlp, replace_fn=jnp.zeros_like
-        )
-        self.class_embedding = (
-            jr.normal(k_emb, (num_classes + 1, NUM_FEATURES)) if num_classes else None
-        )
-        self.seq_len, self.channels, self.num_classes = seq_len, channels, num_classes
+        self.net = ConditionedMLP(dim, 1, dim, width, depth, num_classes, key=key)
+        self.seq_len, self.channels = seq_len, channels
+
+    @property
+    def num_classes(self) -> int:
+        """Number of classes (0: unconditional)."""
+        return self.net.num_classes
 
     def __call__(
         self,
@@ -478,11 +473,8 @@ class Denoiser(eqx.Module):
     ) -> Float[Array, "L c"]:
         """Clean-data estimate from the first latent ``u_t0`` of a sampled trajectory."""
         _check_state(u_t0, self.seq_len, self.channels, "u_t0")
-        y = check_class(y, self.num_classes)
-        parts = [u_t0.reshape(-1), _features(jnp.asarray(t0, u_t0.dtype), 1000.0, u_t0.dtype)]
-        if self.class_embedding is not None:
-            parts.append(self.class_embedding[y].astype(u_t0.dtype))
-        return u_t0 + self.mlp(jnp.concatenate(parts)).reshape(u_t0.shape)
+        time = _features(jnp.asarray(t0, u_t0.dtype), 1000.0, u_t0.dtype)
+        return u_t0 + self.net(u_t0, [time], y).reshape(u_t0.shape)
 
 
 def denoiser_targets(

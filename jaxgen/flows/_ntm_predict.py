@@ -100,17 +100,53 @@ class AbstractGaussianPredictor(eqx.Module):
         """Mean and log standard deviation of ``u_s`` given ``u_t`` (``0 <= s < t <= 1``)."""
 
 
+class ConditionedMLP(eqx.Module):
+    """``MLP([x.reshape(-1), time features..., class embedding])`` with a zero-initialised output.
+
+    The trunk of `MLPPredictor` and `Denoiser`: each time enters as `_features` of width
+    ``NUM_FEATURES``, the class (``num_classes > 0``) as a learned embedding of that width.
+    """
+
+    mlp: eqx.nn.MLP
+    class_embedding: Float[Array, "classes emb"] | None
+    num_classes: int = eqx.field(static=True)
+
+    def __init__(
+        self, in_size: int, num_times: int, out_size: int, width: int, depth: int,
+        num_classes: int, *, key: PRNGKeyArray,
+    ):  # fmt: skip
+        if not isinstance(num_classes, int) or isinstance(num_classes, bool) or num_classes < 0:
+            raise ValueError(f"`num_classes` must be an int >= 0, got {num_classes!r}.")
+        k_mlp, k_emb = jr.split(key)
+        emb = NUM_FEATURES if num_classes else 0
+        size = in_size + num_times * NUM_FEATURES + emb
+        mlp = eqx.nn.MLP(size, out_size, width, depth, jax.nn.silu, key=k_mlp)
+        self.mlp = eqx.tree_at(
+            lambda m: (m.layers[-1].weight, m.layers[-1].bias), mlp, replace_fn=jnp.zeros_like
+        )
+        self.class_embedding = (
+            jr.normal(k_emb, (num_classes + 1, NUM_FEATURES)) if num_classes else None
+        )
+        self.num_classes = num_classes
+
+    def __call__(self, x: Array, time_features: list[Array], y: Any) -> Array:
+        """The MLP output ``(out_size,)`` for one state ``x``, its time features and class."""
+        y = check_class(y, self.num_classes)
+        parts = [x.reshape(-1), *time_features]
+        if self.class_embedding is not None:
+            parts.append(self.class_embedding[y].astype(x.dtype))
+        return self.mlp(jnp.concatenate(parts))
+
+
 class MLPPredictor(AbstractGaussianPredictor):
     """MLP on ``[u_t, features(t), features(s), features(T), class embedding]`` (2-D toys, digits).
 
     Outputs ``(x0_hat, delta)`` in the posterior parametrisation (last layer zero-initialised).
     """
 
-    mlp: eqx.nn.MLP
-    class_embedding: Float[Array, "classes emb"] | None
+    net: ConditionedMLP
     seq_len: int = eqx.field(static=True)
     channels: int = eqx.field(static=True)
-    num_classes: int = eqx.field(static=True)
 
     def __init__(
         self,
@@ -133,39 +169,21 @@ class MLPPredictor(AbstractGaussianPredictor):
             key: PRNG key.
         """
         _check_sizes(seq_len=seq_len, channels=channels, width=width, depth=depth)
-        if not isinstance(num_classes, int) or num_classes < 0:
-            raise ValueError(f"`num_classes` must be an int >= 0, got {num_classes!r}.")
-        k_mlp, k_emb = jr.split(key)
         dim = seq_len * channels
-        emb = NUM_FEATURES if num_classes else 0
-        mlp = eqx.nn.MLP(
-            dim + 3 * NUM_FEATURES + emb, 2 * dim, width, depth, jax.nn.silu, key=k_mlp
-        )
-        last = mlp.layers[-1]
-        self.mlp = eqx.tree_at(
-            lambda m: (m.layers[-1].weight, m.layers[-1].bias),
-            mlp,
-            (jnp.zeros_like(last.weight), jnp.zeros_like(last.bias)),
-        )
-        self.class_embedding = (
-            jr.normal(k_emb, (num_classes + 1, NUM_FEATURES)) if num_classes else None
-        )
-        self.seq_len, self.channels, self.num_classes = seq_len, channels, num_classes
+        self.net = ConditionedMLP(dim, 3, 2 * dim, width, depth, num_classes, key=key)
+        self.seq_len, self.channels = seq_len, channels
+
+    @property
+    def num_classes(self) -> int:
+        """Number of classes (0: unconditional)."""
+        return self.net.num_classes
 
     def __call__(self, u_t, t, s, y, T):
         _check_state(u_t, self.seq_len, self.channels, "u_t")
         dtype = u_t.dtype
         t, s, T = _scalar(t, dtype), _scalar(s, dtype, "s"), _scalar(T, dtype, "T")
-        y = check_class(y, self.num_classes)
-        parts = [
-            u_t.reshape(-1),
-            _features(t, 1000.0, dtype),
-            _features(s, 1000.0, dtype),
-            _features(T, 1.0, dtype),
-        ]
-        if self.class_embedding is not None:
-            parts.append(self.class_embedding[y].astype(dtype))
-        out = self.mlp(jnp.concatenate(parts))
+        times = [_features(t, 1000.0, dtype), _features(s, 1000.0, dtype), _features(T, 1.0, dtype)]
+        out = self.net(u_t, times, y)
         x0_hat, delta = (p.reshape(u_t.shape) for p in jnp.split(out, 2))
         return posterior_parametrisation(u_t, t, s, x0_hat, delta)
 

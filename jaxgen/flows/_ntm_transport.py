@@ -122,6 +122,9 @@ class AbstractConditioner(eqx.Module):
     Output token ``n`` may depend on ``x[:n]`` only (never on ``x[n:]``).
     """
 
+    seq_len: int = eqx.field(static=True)
+    channels: int = eqx.field(static=True)
+
     @abc.abstractmethod
     def __call__(
         self, x: Float[Array, "L c"], t: Float[ArrayLike, ""], T: Any
@@ -156,8 +159,6 @@ class MADEConditioner(AbstractConditioner):
     biases: tuple[Float[Array, " out"], ...]
     time_embedding: TimeEmbedding
     steps_embedding: TimeEmbedding
-    seq_len: int = eqx.field(static=True)
-    channels: int = eqx.field(static=True)
     width: int = eqx.field(static=True)
     depth: int = eqx.field(static=True)
 
@@ -223,17 +224,15 @@ class CausalTransformerConditioner(AbstractConditioner):
     head: eqx.nn.Linear
     time_embedding: TimeEmbedding
     steps_embedding: TimeEmbedding
-    seq_len: int = eqx.field(static=True)
-    channels: int = eqx.field(static=True)
 
     def __init__(
         self,
         seq_len: int,
         channels: int,
         *,
+        num_heads: int = 2,
         width: int = 64,
         depth: int = 2,
-        num_heads: int = 2,
         zero_init: bool = True,
         key: PRNGKeyArray,
     ):
@@ -307,9 +306,9 @@ class TarFlowTransporter(AbstractTransporter):
     and log-determinants). At ``t >= 1 - 1e-6`` the output is the identity whatever the weights.
     """
 
-    blocks: tuple[TarFlowBlock, ...]
     seq_len: int = eqx.field(static=True)
     channels: int = eqx.field(static=True)
+    blocks: tuple[TarFlowBlock, ...]
 
     def __init__(
         self,
