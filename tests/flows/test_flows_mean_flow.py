@@ -140,8 +140,13 @@ def test_isc_target_and_loss_vanish_for_the_exact_model(toy, getkey):
                                       isc(student, z, 0.1, 0.8, 0.8, cond[0]))  # fmt: skip
     assert float(jnp.max(jnp.abs(isc(student, z, 0.1, 0.45, 0.8, cond[0])
                                  - isc(student, z, 0.1, 0.8, 0.8, cond[0])))) > 0  # fmt: skip
-    # MeanFlow loss of the exact model with the exact teacher is 0 too
-    mf = eqx.filter_jit(lambda m, k: meanflow_loss(m, batch, k, teacher=teacher))
+    # ... also when every ISC interval is the one-step interval (0, 1) (z_t = eps there)
+    full = smf_jit(exact, teacher, batch, getkey(), full_interval_ratio=1.0)
+    assert float(full) < 1e-24
+    # MeanFlow loss of the exact model with the exact teacher is 0 too (half of its r < t
+    # samples on (0, 1))
+    mf = eqx.filter_jit(lambda m, k: meanflow_loss(m, batch, k, teacher=teacher,
+                                                   full_interval_ratio=0.5))  # fmt: skip
     assert float(mf(exact, getkey())) < 1e-20
 
 
@@ -247,6 +252,10 @@ def test_bad_inputs_raise_clear_errors(toy, getkey):
         splitmeanflow_loss(student, teacher, batch, getkey(), lambda_range=(0.9, 0.1))
     with pytest.raises(ValueError, match="teacher"):
         splitmeanflow_loss(student, None, batch, getkey())
+    with pytest.raises(ValueError, match="full_interval_ratio"):
+        splitmeanflow_loss(student, teacher, batch, getkey(), full_interval_ratio=-0.2)
+    with pytest.raises(TypeError, match="full_interval_ratio"):
+        meanflow_loss(student, batch, getkey(), full_interval_ratio="all")
     with pytest.raises(Exception, match="NaN"):
         smf_jit(exact, teacher, (x[:32].at[0, 0].set(jnp.nan), cond[:32]), getkey())
     with pytest.raises(ValueError, match="flow_ratio"):
