@@ -68,7 +68,7 @@ CONFIGS = {
         "teacher_steps": 2000,
         "teacher_lr": 1e-3,
         "regression_steps": 600,
-        "student_steps": 4000,
+        "student_steps": 3000,
         "student_lr": 1e-3,
         # (choice) uniform times for the students: logit-normal(0, 1) almost never draws t near
         # 1 or r near 0 in a few thousand steps, so the one-step interval (0, 1) is extrapolated.
