@@ -379,18 +379,14 @@ def test_learning_matches_conditional_covariance(toy, learned):
     error -e in x_hat, and a slope error eta of u in eps changes the sd from s to s - eta; with
     ||u*(eps, 0, 1)|| ~ 1 per coordinate and s = 0.1, a relative u error delta moves the
     covariance by up to ~2 delta / s = 20 delta. 5% on the covariance needs delta ~ 0.25%, out
-    of reach of 3k steps (measured delta ~ 2%, covariance error ~ 35%). So: (a) the exact
-    bound |sd(x_hat_i) - sd(x*_i)| <= sd(e_i) (Minkowski: the sample sd is a seminorm) on
-    the same noise, and (b) covariance within 50%, which the old recipe (paper's interval draws,
-    variance ~2x the target, error ~100%) fails.
+    of reach of 3k steps (measured delta ~ 2%, covariance error ~ 35%). So the test asks the
+    covariance error to be (a) within that amplification of the measured one-step u error,
+    25 delta (20 delta plus Monte Carlo slack), and (b) within 50%, which the old recipe
+    (paper's interval draws, variance ~2x the target, error ~100%) fails.
     """
     exact, _, _, _ = toy
+    delta = _one_step_u_error(learned, exact)
     for c in jr.normal(jr.key(12), (3, 4)):
-        xs = _one_step_law(learned, c)
-        cov = jnp.cov(xs.T)
+        cov = jnp.cov(_one_step_law(learned, c).T)
         rel = jnp.linalg.norm(cov - 0.01 * jnp.eye(4)) / jnp.linalg.norm(0.01 * jnp.eye(4))
-        assert float(rel) < 0.5
-        eps = jax.vmap(lambda k: jr.normal(k, (4,)))(jr.split(jr.key(13), 50_000))  # same noise
-        exact_xs = eps - jax.vmap(exact, in_axes=(0, None, None, None))(eps, 0.0, 1.0, c)
-        gap = jnp.abs(xs.std(0) - exact_xs.std(0))
-        assert bool(jnp.all(gap <= (xs - exact_xs).std(0) + 1e-9))
+        assert float(rel) < min(0.5, 25 * delta)
