@@ -80,6 +80,12 @@ _SYNTH = {
     "num_experts": 4,
     "rank": 8,
     "rho_hat": 0.2,
+    # Routed experts' scale alpha / r = 2 E (not the spec's 2): the gates sum to 1, so at uniform
+    # routing E experts of scale s move the output like ONE rank-rE LoRA of scale s / E; B1's
+    # scale is 2, so the MoE arms (B2, QES) get 2 E to match it (same adapter step size in
+    # function space). Diagnosis (seed-20 base, 400 steps): QES with scale 2 reached CA 0.07
+    # (like the spec's note that scale 0.5 learned nothing), with scale 8 CA 0.74.
+    "moe_scale_per_expert": 2.0,
     "lengths": None,  # reverse input lengths: None = spec 2.6 (6-12 letters)
 }
 _TEXT = {
@@ -94,17 +100,18 @@ _TEXT = {
     "prompt_len": 24,
     "cont_len": 12,
     "n_train": 2000,
-    "n_test": 100,
+    "n_test": 50,
     "rate": 0.05,
     "target": "ACCESS OK!\n",
-    "steps": 200,
+    "steps": 120,
 }
 CONFIGS = {
     # Cut from the spec's CPU protocol (5a) to fit 5 minutes on 2 cores: base d = 64, 2 layers,
     # 600 pretraining steps; 4,000 fine-tuning samples; 400 steps for every arm; 200 + 200 test
     # inputs (spec: 2,000 + 2,000); one setting (T1/A1/rho 0.05), one seed, no ablations; only
     # the arms the quick claims read (B1, B4, QES with its shutdown control): B0, B2 and B3
-    # (no quick claim) run in --full only.
+    # (no quick claim) run in --full only. Text arm: 300 pretraining steps, 120 fine-tuning
+    # steps, 50 triggered test prompts.
     "quick": {
         "synthetic": _SYNTH,
         "arms": ["B1", "B4", "QES"],
@@ -312,7 +319,8 @@ def _synthetic_setting(c, base, task, attack, rho, key, *, arms, ablations=(), b
         )
         out.update(_pair("b3_ca", "b3_asr", _ca_asr(b3, task, clean, trig)))
         out.update(b3_pruned_frac=info["pruned_frac"], b3_s=t)
-    cfg = QESConfig(num_experts=E, rank=r, rho_hat=c["rho_hat"])
+    alpha = c["moe_scale_per_expert"] * E * r
+    cfg = QESConfig(num_experts=E, rank=r, alpha=alpha, rho_hat=c["rho_hat"])
     if "B2" in arms:  # B2: MoE-LoRA with the task loss only; shut q, and the oracle expert
         moe = attach_qes(base, cfg, key=k2a)
         b2, t = _timed(train_qes, moe, batches, num_steps=steps, key=k2b, learning_rate=c["lr"])
@@ -467,7 +475,7 @@ def _text_arm(c, key, rec):
     ).model
     out["b1_asr"] = asr(b1)
     out["b1_bpb"] = evaluate_lm(b1, val, context=c["context"]).bits_per_token
-    cfg = QESConfig()
+    cfg = QESConfig(alpha=2.0 * 4 * 8)  # scale 2 E, matched to B1 (see _SYNTH)
     res, t = _timed(
         train_qes,
         attach_qes(base, cfg, key=next(keys)),
