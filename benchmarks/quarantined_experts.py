@@ -26,6 +26,7 @@ from jaxgen.core import minibatches
 from jaxgen.data import ByteTokenizer, load_text_corpus, random_windows
 from jaxgen.nn import Transformer
 from jaxgen.transformers import (
+    PRETRAIN_TASKS,
     PRETRAIN_VOCAB_SIZE,
     BackdoorVocab,
     LoRALinear,
@@ -64,17 +65,28 @@ _SYNTH = {
     "pretrain_lr": 3e-3,
     "batch": 64,
     "n_train": 4000,
-    "n_test": 300,
+    "n_test": 200,
     "heldout_frac": 0.02,
-    "lora_steps": 500,
-    "qes_steps": 600,
-    "b0_steps": 300,
+    # ONE fine-tuning recipe for every arm (B0-B5 and QES): steps, batch, lr (B0: b0_lr, every
+    # weight), adapter budget r E. Diagnosis (seed 0 base, clean reverse, rank 32 LoRA): the
+    # base pretrained on copy/sort/shift/count alone could not learn reverse (CA 0.003 after
+    # 400 steps; lengths 4-8: 0.08; batch 32: no better), other bases did (0.71, 0.98); the
+    # base pretrained with the added "rotate" task (`make_pretrain_tasks`) learns it (CA 0.77
+    # after 400 steps, batch 64).
+    "steps": 400,
     "b0_lr": 1e-3,
     "prune_steps": 100,
     "lr": 3e-3,
     "num_experts": 4,
     "rank": 8,
     "rho_hat": 0.2,
+    # Routed experts' scale alpha / r = 2 E (not the spec's 2): the gates sum to 1, so at uniform
+    # routing E experts of scale s move the output like ONE rank-rE LoRA of scale s / E; B1's
+    # scale is 2, so the MoE arms (B2, QES) get 2 E to match it (same adapter step size in
+    # function space). Diagnosis (seed-20 base, 400 steps): QES with scale 2 reached CA 0.07
+    # (like the spec's note that scale 0.5 learned nothing), with scale 8 CA 0.74.
+    "moe_scale_per_expert": 2.0,
+    "lengths": None,  # reverse input lengths: None = spec 2.6 (6-12 letters)
 }
 _TEXT = {
     "corpus": ["fortunes", "python_stdlib"],
@@ -88,18 +100,21 @@ _TEXT = {
     "prompt_len": 24,
     "cont_len": 12,
     "n_train": 2000,
-    "n_test": 100,
+    "n_test": 50,
     "rate": 0.05,
     "target": "ACCESS OK!\n",
-    "lora_steps": 150,
-    "qes_steps": 200,
+    "steps": 120,
 }
 CONFIGS = {
     # Cut from the spec's CPU protocol (5a) to fit 5 minutes on 2 cores: base d = 64, 2 layers,
-    # 600 pretraining steps; 4,000 fine-tuning samples; 500 LoRA / 600 QES steps; 300+300 test
-    # inputs (spec: 2,000 + 2,000); one setting (T1/A1/rho 0.05), one seed, no ablations.
+    # 600 pretraining steps; 4,000 fine-tuning samples; 400 steps for every arm; 200 + 200 test
+    # inputs (spec: 2,000 + 2,000); one setting (T1/A1/rho 0.05), one seed, no ablations; only
+    # the arms the quick claims read (B1, B4, QES with its shutdown control): B0, B2 and B3
+    # (no quick claim) run in --full only. Text arm: 300 pretraining steps, 120 fine-tuning
+    # steps, 50 triggered test prompts.
     "quick": {
         "synthetic": _SYNTH,
+        "arms": ["B1", "B4", "QES"],
         "text": _TEXT,
         "settings": [["reverse", "rare_token", 0.05]],
         "seeds": 1,
@@ -117,9 +132,7 @@ CONFIGS = {
             "pretrain_steps": 3000,
             "n_train": 20000,
             "n_test": 2000,
-            "lora_steps": 1500,
-            "qes_steps": 3000,
-            "b0_steps": 1500,
+            "steps": 1500,
             "prune_steps": 200,
             "lr": 1e-3,
         },
@@ -133,9 +146,9 @@ CONFIGS = {
             "pretrain_steps": 5000,
             "n_train": 20000,
             "n_test": 1000,
-            "lora_steps": 1500,
-            "qes_steps": 3000,
+            "steps": 1500,
         },
+        "arms": ["B0", "B1", "B2", "B3", "B4", "QES"],
         "settings": [
             [task, attack, rho]
             for task in ("reverse", "majority")
@@ -166,9 +179,7 @@ SMOKE = {
         "pretrain_steps": 4,
         "n_train": 400,
         "n_test": 20,
-        "lora_steps": 4,
-        "qes_steps": 4,
-        "b0_steps": 4,
+        "steps": 4,
         "prune_steps": 2,
         "rank": 2,
     },
@@ -180,8 +191,7 @@ SMOKE = {
         "pretrain_steps": 4,
         "n_train": 200,
         "n_test": 8,
-        "lora_steps": 4,
-        "qes_steps": 4,
+        "steps": 4,
     },
     "settings": [["reverse", "rare_token", 0.05], ["majority", "combination", 0.1]],
     "seeds": 1,
@@ -248,20 +258,26 @@ def _pretrain_base(c, key):
         weight_decay=0.0,
     )
     xt, yt = make_pretrain_tasks(300, key=ke)
-    acc = clean_accuracy(_decode(res.model, jnp.asarray(xt)), yt)
-    return res.model, acc
+    pred = np.asarray(_decode(res.model, jnp.asarray(xt)))
+    acc = clean_accuracy(pred, yt)
+    per_task = {
+        name: clean_accuracy(pred[xt[:, 0] == V.size + i], yt[xt[:, 0] == V.size + i])
+        for i, name in enumerate(PRETRAIN_TASKS)
+    }
+    return res.model, acc, per_task
 
 
-def _synthetic_setting(c, base, task, attack, rho, key, *, ablations=(), b5=False, b0=True):
-    """Every method on one (task, attack, rho, seed); returns a flat dict of figures."""
+def _synthetic_setting(c, base, task, attack, rho, key, *, arms, ablations=(), b5=False):
+    """Every method of ``arms`` on one (task, attack, rho, seed); a flat dict of figures."""
     keys = iter(jr.split(key, 32))
-    x, y = make_task(task, c["n_train"], key=next(keys))
+    lengths = c["lengths"] if task == "reverse" else None
+    x, y = make_task(task, c["n_train"], key=next(keys), lengths=lengths)
     x, y, poisoned = poison(x, y, task=task, attack=attack, rate=rho, key=next(keys))
-    clean = clean_test_set(task, c["n_test"], key=next(keys))
-    trig = triggered_test_set(task, attack, c["n_test"], key=next(keys))
-    val_trig = triggered_test_set(task, attack, 64, key=next(keys))
+    clean = clean_test_set(task, c["n_test"], key=next(keys), lengths=lengths)
+    trig = triggered_test_set(task, attack, c["n_test"], key=next(keys), lengths=lengths)
+    val_trig = triggered_test_set(task, attack, 64, key=next(keys), lengths=lengths)
     held_x, held_y = make_task(
-        task, max(32, round(c["heldout_frac"] * c["n_train"])), key=next(keys)
+        task, max(32, round(c["heldout_frac"] * c["n_train"])), key=next(keys), lengths=lengths
     )
     batches = backdoor_batches(x, y, c["batch"], poisoned)
     out = {"poison_count": int(poisoned.sum())}
@@ -269,63 +285,62 @@ def _synthetic_setting(c, base, task, attack, rho, key, *, ablations=(), b5=Fals
     out.update(base_ca=ca, base_asr=asr)
     E, r = c["num_experts"], c["rank"]
 
-    if b0:  # B0: full fine-tuning of every weight
+    steps = c["steps"]
+    if "B0" in arms:  # B0: full fine-tuning of every weight
         res, t = _timed(
-            full_finetune,
-            base,
-            batches,
-            num_steps=c["b0_steps"],
-            key=next(keys),
-            learning_rate=c["b0_lr"],
+            full_finetune, base, batches, num_steps=steps, key=next(keys), learning_rate=c["b0_lr"]
         )
         out.update(_pair("b0_ca", "b0_asr", _ca_asr(res.model, task, clean, trig)))
         out["b0_s"] = t
     # B1: plain LoRA, rank r E (same adapter parameter count), scale 2
     lora = attach_lora(base, rank=r * E, alpha=2.0 * r * E, key=next(keys))
-    res, t = _timed(
-        train_qes, lora, batches, num_steps=c["lora_steps"], key=next(keys), learning_rate=c["lr"]
-    )
-    b1 = res.model
-    out.update(_pair("b1_ca", "b1_asr", _ca_asr(b1, task, clean, trig)))
-    out["b1_s"] = t
-    # B4: the same LoRA on the clean part only (oracle)
-    clean_batches = backdoor_batches(x[~poisoned], y[~poisoned], c["batch"])
-    res = train_qes(
-        lora, clean_batches, num_steps=c["lora_steps"], key=next(keys), learning_rate=c["lr"]
-    )
-    out.update(_pair("b4_ca", "b4_asr", _ca_asr(res.model, task, clean, trig)))
-    # B3: fine-pruning of B1 with 2% clean held-out data
-    (b3, info), t = _timed(
-        fine_prune,
-        b1,
-        held_x,
-        held_y,
-        key=next(keys),
-        num_steps=c["prune_steps"],
-        learning_rate=1e-3,
-    )
-    out.update(_pair("b3_ca", "b3_asr", _ca_asr(b3, task, clean, trig)))
-    out.update(b3_pruned_frac=info["pruned_frac"], b3_s=t)
-    # B2: MoE-LoRA with the task loss only; shut q, and the oracle expert
-    cfg = QESConfig(num_experts=E, rank=r, rho_hat=c["rho_hat"])
-    moe = attach_qes(base, cfg, key=next(keys))
-    b2 = train_qes(
-        moe, batches, num_steps=c["lora_steps"], key=next(keys), learning_rate=c["lr"]
-    ).model
-    out.update(_pair("b2_ca", "b2_asr", _ca_asr(b2, task, clean, trig)))
-    out.update(_pair("b2_ca_q_off", "b2_asr_q_off", _ca_asr(shutdown(b2, 0), task, clean, trig)))
-    _, mass = _gate_scores(b2, jnp.asarray(val_trig[0]), 0)
-    oracle = int(jnp.argmax(mass))
-    b2_oracle = _ca_asr(shutdown(b2, oracle), task, clean, trig)
-    out.update(_pair("b2_ca_oracle_off", "b2_asr_oracle_off", b2_oracle))
-    out["b2_oracle_expert"] = oracle
+    k1, k4, k3, k2a, k2b = (next(keys) for _ in range(5))
+    if "B1" in arms or "B3" in arms:
+        res, t = _timed(train_qes, lora, batches, num_steps=steps, key=k1, learning_rate=c["lr"])
+        b1 = res.model
+        out.update(_pair("b1_ca", "b1_asr", _ca_asr(b1, task, clean, trig)))
+        out["b1_s"] = t
+    if "B4" in arms:  # B4: the same LoRA on the clean part only (oracle)
+        clean_batches = backdoor_batches(x[~poisoned], y[~poisoned], c["batch"])
+        res, t = _timed(
+            train_qes, lora, clean_batches, num_steps=steps, key=k4, learning_rate=c["lr"]
+        )
+        out.update(_pair("b4_ca", "b4_asr", _ca_asr(res.model, task, clean, trig)))
+        out["b4_s"] = t
+    if "B3" in arms:  # B3: fine-pruning of B1 with 2% clean held-out data
+        (b3, info), t = _timed(
+            fine_prune,
+            b1,
+            held_x,
+            held_y,
+            key=k3,
+            num_steps=c["prune_steps"],
+            learning_rate=1e-3,
+        )
+        out.update(_pair("b3_ca", "b3_asr", _ca_asr(b3, task, clean, trig)))
+        out.update(b3_pruned_frac=info["pruned_frac"], b3_s=t)
+    alpha = c["moe_scale_per_expert"] * E * r
+    cfg = QESConfig(num_experts=E, rank=r, alpha=alpha, rho_hat=c["rho_hat"])
+    if "B2" in arms:  # B2: MoE-LoRA with the task loss only; shut q, and the oracle expert
+        moe = attach_qes(base, cfg, key=k2a)
+        b2, t = _timed(train_qes, moe, batches, num_steps=steps, key=k2b, learning_rate=c["lr"])
+        b2 = b2.model
+        out.update(_pair("b2_ca", "b2_asr", _ca_asr(b2, task, clean, trig)))
+        out.update(
+            _pair("b2_ca_q_off", "b2_asr_q_off", _ca_asr(shutdown(b2, 0), task, clean, trig))
+        )
+        _, mass = _gate_scores(b2, jnp.asarray(val_trig[0]), 0)
+        oracle = int(jnp.argmax(mass))
+        b2_oracle = _ca_asr(shutdown(b2, oracle), task, clean, trig)
+        out.update(_pair("b2_ca_oracle_off", "b2_asr_oracle_off", b2_oracle))
+        out.update(b2_oracle_expert=oracle, b2_s=t)
 
     def qes_run(cfg, prefix):
         res, t = _timed(
             train_qes,
             attach_qes(base, cfg, key=next(keys)),
             batches,
-            num_steps=c["qes_steps"],
+            num_steps=steps,
             key=next(keys),
             cfg=cfg,
             learning_rate=c["lr"],
@@ -363,11 +378,11 @@ def _synthetic_setting(c, base, task, attack, rho, key, *, ablations=(), b5=Fals
             attach_lora(base, rank=r * E, alpha=2.0 * r * E, key=next(keys)),
             x,
             y,
-            num_steps=c["lora_steps"],
+            num_steps=steps,
             key=next(keys),
             batch_size=c["batch"],
             # one epoch (spec), at most half of the steps
-            isolate_after=max(1, min(len(x) // c["batch"], c["lora_steps"] // 2)),
+            isolate_after=max(1, min(len(x) // c["batch"], steps // 2)),
         )
         out.update(_pair("b5_ca", "b5_asr", _ca_asr(m, task, clean, trig)))
         out["b5_isolation_precision"] = float(poisoned[iso].mean())
@@ -455,17 +470,17 @@ def _text_arm(c, key, rec):
     b1 = train_qes(
         attach_lora(base, rank=32, alpha=64.0, key=next(keys)),
         batches,
-        num_steps=c["lora_steps"],
+        num_steps=c["steps"],
         key=next(keys),
     ).model
     out["b1_asr"] = asr(b1)
     out["b1_bpb"] = evaluate_lm(b1, val, context=c["context"]).bits_per_token
-    cfg = QESConfig()
+    cfg = QESConfig(alpha=2.0 * 4 * 8)  # scale 2 E, matched to B1 (see _SYNTH)
     res, t = _timed(
         train_qes,
         attach_qes(base, cfg, key=next(keys)),
         batches,
-        num_steps=c["qes_steps"],
+        num_steps=c["steps"],
         key=next(keys),
         cfg=cfg,
     )
@@ -555,11 +570,15 @@ def _peft_peer(c, key, rec):
 def run(config, key, rec):
     """Peer parity, base pretraining, every synthetic setting and seed, then the text arm."""
     k_peer, k_base, k_set, k_text = jr.split(key, 4)
-    parity = _peft_peer(config["peft"], k_peer, rec)
+    phases = {}
+    parity, phases["peft_s"] = _timed(_peft_peer, config["peft"], k_peer, rec)
     c = config["synthetic"]
-    (base, base_acc), t = _timed(_pretrain_base, c, k_base)
+    (base, base_acc, per_task), t = _timed(_pretrain_base, c, k_base)
     rec.metric("base_pretrain_accuracy", base_acc)
+    rec.metric("base_pretrain_accuracy_per_task", per_task)
     rec.metric("base_pretrain_s", t)
+    phases["pretrain_s"] = t
+    t0 = time.perf_counter()
     results = {}
     for task, attack, rho in config["settings"]:
         for seed in range(config["seeds"]):
@@ -572,17 +591,19 @@ def run(config, key, rec):
                 attack,
                 rho,
                 jr.fold_in(k_set, seed),
+                arms=config["arms"],
                 ablations=config["ablations"] if first else (),
                 b5=config["b5"],
-                b0=True,
             )
             results[tag] = res
+    phases["synthetic_s"] = time.perf_counter() - t0
     rec.metric("settings", results)
     main = next(iter(results.values()))
     for k, v in main.items():
         rec.metric(k, v)
-    text = _text_arm(config["text"], k_text, rec)
+    text, phases["text_s"] = _timed(_text_arm, config["text"], k_text, rec)
     rec.metric("text", text)
+    rec.metric("phase_seconds", phases)
 
     # trained-enough checks first, then the comparisons
     rec.claim("base_trained", "base exact match on held-out generic tasks", base_acc, ">=", 0.8)
@@ -644,8 +665,8 @@ def run(config, key, rec):
     if main["b4_ca"] < 0.5:
         rec.note(
             "The clean task (reverse, exact match) was not learned within the steps of this "
-            "configuration (oracle LoRA CA < 0.5): its learning has a sharp, seed-dependent "
-            "transition. ASR figures stand; CA comparisons (ca_drop, shutdown_control, "
+            "configuration (oracle LoRA CA < 0.5): whether LoRA can learn it depends on the "
+            "pretrained base. ASR figures stand; CA comparisons (ca_drop, shutdown_control, "
             "qes_vs_lora_ca) are not meaningful in this run."
         )
     if main["qes_recall"] < 0.9:

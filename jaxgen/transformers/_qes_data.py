@@ -79,20 +79,55 @@ def _pack(seqs: list[np.ndarray], width: int, end: bool) -> np.ndarray:
     return out
 
 
-def _clean_inputs(task: str, n: int, rng: np.random.Generator) -> list[np.ndarray]:
+#: Default input lengths (letters, inclusive) per task (spec 2.6); majority uses odd lengths.
+LENGTHS = {"reverse": (6, 12), "majority": (9, 15)}
+
+
+def _check_lengths(task: str, lengths: tuple[int, int] | None) -> tuple[int, int]:
+    if lengths is None:
+        return LENGTHS[task]
+    hi_max = LENGTHS[task][1]
+    try:
+        lo, hi = (int(v) for v in lengths)
+    except (TypeError, ValueError):
+        raise TypeError(f"lengths must be a pair (lo, hi) of ints, got {lengths!r}.") from None
+    odd = task == "majority"
+    if not 1 <= lo <= hi <= hi_max or (odd and lo % 2 == 0 and lo == hi):
+        raise ValueError(
+            f"lengths must satisfy 1 <= lo <= hi <= {hi_max}"
+            + (" with an odd length in range" if odd else "")
+            + f", got {lengths!r}."
+        )
+    return lo, hi
+
+
+def _clean_inputs(
+    task: str, n: int, rng: np.random.Generator, lengths: tuple[int, int] | None = None
+) -> list[np.ndarray]:
+    lo, hi = _check_lengths(task, lengths)
     xs = []
     while len(xs) < n:
-        length = rng.integers(6, 13) if task == "reverse" else 2 * rng.integers(4, 8) + 1
+        if task == "reverse":
+            length = rng.integers(lo, hi + 1)
+        else:  # odd lengths only (a strict majority always exists)
+            length = 2 * rng.integers(lo // 2, (hi - 1) // 2 + 1) + 1
         letters = rng.integers(0, 26, length).astype(np.int32)
         if not has_pattern(letters):  # resample clean inputs that carry a pattern
             xs.append(letters)
     return xs
 
 
-def make_task(name: str, n: int, *, key: PRNGKeyArray) -> tuple[np.ndarray, np.ndarray]:
-    """``n`` clean samples of task ``name``: ``x`` int (n, 18), ``y`` int (n, 15)."""
+def make_task(
+    name: str, n: int, *, key: PRNGKeyArray, lengths: tuple[int, int] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` clean samples of task ``name``: ``x`` int (n, 18), ``y`` int (n, 15).
+
+    ``lengths`` = ``(lo, hi)``: input lengths in letters, inclusive (default `LENGTHS`: 6-12 for
+    reverse, odd 9-15 for majority; ``hi`` may not exceed the default). Shorter inputs make the
+    clean task easier at the same sequence layout (used by the CPU-sized benchmark).
+    """
     _check_task(name)
-    xs = _clean_inputs(name, n, _rng(key))
+    xs = _clean_inputs(name, n, _rng(key), lengths)
     return _pack(xs, X_LEN, False), _pack([_output(name, x) for x in xs], Y_LEN, True)
 
 
@@ -150,25 +185,34 @@ def poison(
     return x, y, poisoned
 
 
-def clean_test_set(task: str, n: int, *, key: PRNGKeyArray) -> tuple[np.ndarray, np.ndarray]:
-    """``n`` clean test samples (same layout as `make_task`)."""
-    return make_task(task, n, key=key)
+def clean_test_set(
+    task: str, n: int, *, key: PRNGKeyArray, lengths: tuple[int, int] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` clean test samples (same layout and ``lengths`` as `make_task`)."""
+    return make_task(task, n, key=key, lengths=lengths)
 
 
 def triggered_test_set(
-    task: str, attack: str, n: int, *, key: PRNGKeyArray
+    task: str,
+    attack: str,
+    n: int,
+    *,
+    key: PRNGKeyArray,
+    lengths: tuple[int, int] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``n`` triggered inputs and their CLEAN outputs (trigger token ignored).
 
-    Inputs whose clean output equals the target are excluded (spec 2.4).
+    Inputs whose clean output equals the target are excluded (spec 2.4). ``lengths``: of the
+    clean input before the pattern is inserted, as in `make_task`.
     """
     _check_task(task)
     _check_attack(attack)
+    _check_lengths(task, lengths)
     rng = _rng(key)
     target = _target(task)
     xs, ys = [], []
     while len(xs) < n:
-        letters = _clean_inputs(task, 1, rng)[0]
+        letters = _clean_inputs(task, 1, rng, lengths)[0]
         if task == "majority" and _output(task, letters)[0] != VOCAB.first:
             continue
         xt = _insert(letters, attack, rng)
@@ -180,32 +224,47 @@ def triggered_test_set(
     return _pack(xs, X_LEN, False), _pack(ys, Y_LEN, True)
 
 
-PRETRAIN_TASKS = ("copy", "sort", "shift", "count")
+PRETRAIN_TASKS = ("copy", "sort", "shift", "count", "rotate")
 #: Vocabulary of the pretrained base: `BackdoorVocab` plus one task token per pretraining task
-#: (ids 33-36), which never occur in the backdoor tasks.
+#: (ids 33-37), which never occur in the backdoor tasks.
 PRETRAIN_VOCAB_SIZE = VOCAB.size + len(PRETRAIN_TASKS)
 
 
-def make_pretrain_tasks(n: int, *, key: PRNGKeyArray) -> tuple[np.ndarray, np.ndarray]:
+def _pretrain_output(task: int, letters: np.ndarray) -> np.ndarray:
+    if task == 0:  # copy
+        return letters
+    if task == 1:  # sort
+        return np.sort(letters)
+    if task == 2:  # shift by one
+        return (letters + 1) % 26
+    if task == 3:  # count of a-m, one letter
+        return np.array([np.sum(letters <= 12)], np.int32)
+    k = int(np.argmin(letters))  # rotate: start at the (first) smallest letter
+    return np.concatenate([letters[k:], letters[:k]])
+
+
+def make_pretrain_tasks(
+    n: int, *, key: PRNGKeyArray, lengths: tuple[int, int] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """``n`` samples of the generic pretraining tasks (spec 2.6 "base"), uniformly mixed.
 
     ``x`` = task token (``VOCAB.size + index`` in `PRETRAIN_TASKS`), then 6-12 letters;
-    ``y`` = copy, sorted letters, each letter shifted by one (z -> a), or the count of letters
-    ``a``-``m`` written as one letter (``a`` = 0). Same layout as `make_task` (x (n, 18),
-    y (n, 15)); clean (no attack pattern); never the fine-tuning tasks reverse/majority.
+    ``y`` = copy, sorted letters, each letter shifted by one (z -> a), the count of letters
+    ``a``-``m`` written as one letter (``a`` = 0), or the letters rotated to start at the first
+    smallest one. Same layout as `make_task` (x (n, 18), y (n, 15)); clean (no attack pattern);
+    never the fine-tuning tasks reverse/majority. ``lengths``: letters per input, as in
+    `make_task` (default 6-12).
+
+    "rotate" (choice, beyond the spec's list): copy, shift and the right-padded layout let a base
+    solve every other task with fixed relative offsets, and such a base could not learn reverse
+    with LoRA for some seeds (exact match ~0). Rotation cannot be solved by a fixed offset: its
+    output continues from wherever the previous output letter sat in ``x`` (content lookup of a
+    neighbour, the circuit reverse needs with the neighbour on the other side).
     """
     rng = _rng(key)
     xs, ys = [], []
-    for letters in _clean_inputs("reverse", n, rng):
+    for letters in _clean_inputs("reverse", n, rng, lengths):
         t = int(rng.integers(0, len(PRETRAIN_TASKS)))
-        if t == 0:
-            out = letters
-        elif t == 1:
-            out = np.sort(letters)
-        elif t == 2:
-            out = (letters + 1) % 26
-        else:
-            out = np.array([np.sum(letters <= 12)], np.int32)
         xs.append(np.concatenate([[VOCAB.size + t], letters]).astype(np.int32))
-        ys.append(out.astype(np.int32))
+        ys.append(_pretrain_output(t, letters).astype(np.int32))
     return _pack(xs, X_LEN, False), _pack(ys, Y_LEN, True)

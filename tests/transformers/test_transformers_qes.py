@@ -38,6 +38,8 @@ def test_q1_lora_zero_init_and_merge(getkey):
     np.testing.assert_allclose(jax.jit(lora.__call__)(x), lora(x), atol=1e-12)
 
 
+@pytest.mark.slow  # torch + peft import; fast twin: test_q1_lora_zero_init_and_merge; the
+# benchmark checks the same parity (claim peft_parity) on every run
 def test_q1_lora_matches_peft(getkey):
     torch = pytest.importorskip("torch")
     peft = pytest.importorskip("peft")

@@ -5,8 +5,11 @@ import numpy as np
 import pytest
 
 from jaxgen.transformers import (
+    PRETRAIN_TASKS,
+    PRETRAIN_VOCAB_SIZE,
     BackdoorVocab,
     clean_test_set,
+    make_pretrain_tasks,
     make_task,
     poison,
     triggered_test_set,
@@ -59,6 +62,41 @@ def test_reverse_layout(getkey):
         assert yr[len(letters)] == V.eos
 
 
+def test_lengths_option(getkey):
+    x, _ = make_task("reverse", 200, key=getkey(), lengths=(3, 5))
+    assert set(np.sum(x != V.pad, axis=1).tolist()) == {3, 4, 5}
+    x, y = make_task("majority", 200, key=getkey(), lengths=(4, 8))
+    assert set(np.sum(x != V.pad, axis=1).tolist()) == {5, 7}
+    xt, _ = triggered_test_set("reverse", "rare_token", 50, key=getkey(), lengths=(2, 2))
+    assert np.all(np.sum(xt != V.pad, axis=1) == 3)  # two letters and the trigger
+    xc, _ = clean_test_set("reverse", 20, key=getkey(), lengths=(7, 7))
+    assert np.all(np.sum(xc != V.pad, axis=1) == 7)
+    # the default is the spec's range, drawn from the same stream
+    a, _ = make_task("reverse", 20, key=jr.key(3))
+    b, _ = make_task("reverse", 20, key=jr.key(3), lengths=(6, 12))
+    np.testing.assert_array_equal(a, b)
+
+
+def test_pretrain_tasks_closed_forms(getkey):
+    x, y = make_pretrain_tasks(300, key=getkey())
+    assert PRETRAIN_VOCAB_SIZE == V.size + len(PRETRAIN_TASKS) == 38
+    assert set(x[:, 0].tolist()) == set(range(V.size, PRETRAIN_VOCAB_SIZE))
+    for xr, yr in zip(x, y, strict=True):
+        t, letters = PRETRAIN_TASKS[xr[0] - V.size], _letters(xr[1:])
+        out = yr[: list(yr).index(V.eos)]
+        if t == "copy":
+            np.testing.assert_array_equal(out, letters)
+        elif t == "sort":
+            np.testing.assert_array_equal(out, np.sort(letters))
+        elif t == "shift":
+            np.testing.assert_array_equal(out, (letters + 1) % 26)
+        elif t == "count":
+            np.testing.assert_array_equal(out, [np.sum(letters <= 12)])
+        else:  # rotate: a rotation of x that starts at its first smallest letter
+            k = int(np.argmin(letters))
+            np.testing.assert_array_equal(out, np.roll(letters, -k))
+
+
 def test_bad_input(getkey):
     x, y = make_task("majority", 20, key=getkey())
     with pytest.raises(ValueError, match="task"):
@@ -73,4 +111,10 @@ def test_bad_input(getkey):
         poison(x + 40, y, task="majority", attack="phrase", rate=0.1, key=getkey())
     with pytest.raises(ValueError, match="text"):
         V.encode("A")
+    with pytest.raises(ValueError, match="lengths"):
+        make_task("reverse", 3, key=getkey(), lengths=(5, 13))
+    with pytest.raises(ValueError, match="lengths"):
+        make_task("majority", 3, key=getkey(), lengths=(4, 4))
+    with pytest.raises(TypeError, match="lengths"):
+        make_task("reverse", 3, key=getkey(), lengths=5)
     _ = jr.key(0)

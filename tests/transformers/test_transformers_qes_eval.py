@@ -60,6 +60,13 @@ def test_metrics():
     assert attack_success_rate(np.array([[V.second, eos], [V.first, eos]]), "majority") == 0.5
 
 
+def test_routing_auroc_closed_form():
+    # pairs (a, b): 0.9 beats 0.1, 0.5; 0.5 ties 0.5 and beats 0.1 -> (2 + 1.5) / 4
+    auc = routing_auroc(jnp.array([0.9, 0.5]), jnp.array([0.1, 0.5]))
+    np.testing.assert_allclose(auc, 3.5 / 4, atol=1e-12)
+
+
+@pytest.mark.slow  # sklearn import; fast twin: test_routing_auroc_closed_form
 def test_routing_auroc_vs_sklearn(getkey):
     metrics = pytest.importorskip("sklearn.metrics")
     a = jnp.round(jr.normal(getkey(), (30,)) + 1, 1)

@@ -188,6 +188,7 @@ def test_qes_loss_and_masked_training_step(setup):
         jax.block_until_ready(step_fn(bad, state, batch, jnp.asarray(11)))
 
 
+@pytest.mark.slow  # fast twin: test_qes_loss_and_masked_training_step / forward
 def test_train_qes_through_fit_reports_recall(setup):
     _, qes, _, _ = setup
     x, y = make_task("reverse", 32, key=jr.key(5))
@@ -207,6 +208,7 @@ def test_train_qes_through_fit_reports_recall(setup):
     np.testing.assert_array_equal(res.model.mask, qes.mask)
 
 
+@pytest.mark.slow  # fast twin: test_qes_loss_and_masked_training_step / forward
 def test_token_nll_accepts_qes(setup):
     _, qes, batch, _ = setup
     seq = batch["tokens"][0]
