@@ -9,6 +9,7 @@ vector; vmap for tokens and batches.
 
 import dataclasses
 import math
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -97,15 +98,14 @@ class MoLoRALinear(eqx.Module):
         return self.A.shape[0]
 
     def __call__(
-        self,
-        x: Float[Array, " d_in"],
-        gates: Float[Array, " E"],
-        mask: Float[Array, " E"],
-        keep: Float[Array, ""] | float = 1.0,
-        quarantine: int = 0,
+        self, x: Float[Array, " d_in"], *routing: Any, **options: Any
     ) -> Float[Array, " d_out"]:
-        """Apply to one vector with router ``gates`` and deployment ``mask`` (both (E,))."""
-        return self.weight @ x + self.delta(x, gates, mask, keep, quarantine)
+        """``weight @ x + delta(x, gates, mask, keep=1.0, quarantine=0)`` on one vector.
+
+        ``gates`` are the router's (E,) weights and ``mask`` the (E,) deployment mask; the
+        arguments after ``x`` are those of `delta`.
+        """
+        return self.weight @ x + self.delta(x, *routing, **options)
 
     def delta(
         self,
