@@ -365,6 +365,20 @@ def _run(config, key, rec):
         "euler": lambda lam: pde.euler_path_loglik(cir, xs, lam, DELTA),
         "surrogate": lambda lam: pde.surrogate_path_loglik(trained, xs, lam, DELTA),
     }
+    # Trained enough, on the data the posteriors use: the surrogate's path log-likelihood at the
+    # truth against the exact one, per observation (the KL target's budget, 2e-2 nats).
+    ll_sur = float(liks["surrogate"](truth))
+    ll_ex = float(liks["exact"](truth))
+    rec.metric("path_loglik_at_truth", {"exact": ll_ex, "surrogate": ll_sur})
+    rec.claim(
+        "ng_flow_learned",
+        "trained enough: |surrogate - exact| path log-likelihood at the true parameters, "
+        "per observation, <= 2e-2 nats",
+        abs(ll_sur - ll_ex) / cfg["n_obs"],
+        "<=",
+        2e-2,
+        total_abs_nats=abs(ll_sur - ll_ex),
+    )
     init = pde.box_inverse(jnp.array([1.0, math.log(0.05), 4.0]), plo, phi)
     post, stats = {}, {}
     for i, (name, lik) in enumerate(liks.items()):
@@ -409,6 +423,25 @@ def _run(config, key, rec):
     )
     ratio = stats["surrogate"]["time_per_ess_s"] / stats["exact"]["time_per_ess_s"]
     rec.metric("time_per_ess_ratio_surrogate_over_exact", ratio)
+    rec.note(
+        "Root cause of surrogate_posterior_all and euler_kappa_bias (issue 26): scale, two "
+        "different ones; no bug. Ablation (seed 0, the quick run with one change): "
+        "| run | flow KL (nats) | surrogate dev kappa / theta / nu (exact sd) | Euler kappa "
+        "dev (exact sd) | "
+        "| quick (width 8, 4 units, 32 NG steps, n_obs 250) | 0.017 | 0.52 / 2.88 / 0.99 | "
+        "-1.58 | "
+        "| n_obs 600 | 0.017 | 0.45 / 4.11 / 1.41 | -2.06 | "
+        "| flow width 16, 8 units, 64 NG steps | 0.0049 | 0.59 / 1.31 / 0.06 | -1.58 |. "
+        "Euler: its kappa bias is a fixed shift (the Euler target (1 - exp(-kappa Delta)) / "
+        "Delta = 1.57 vs kappa = 2) while the exact posterior sd shrinks like n_obs^(-1/2), so "
+        "the 2-sd separation of spec check 9 needs n_obs of about 400 or more (600 gives 2.06; "
+        "--full uses 1000). Surrogate: a per-transition error of KL ~0.017 nats adds up over "
+        "n_obs transitions (ng_flow_learned reports it on the data path); the theta deviation "
+        "grows with n_obs (2.9 -> 4.1 sd) and falls with flow accuracy (2.9 -> 1.3 sd at KL "
+        "0.005), so matching the exact posterior to 0.5 sd needs a flow whose error times "
+        "n_obs is well below one nat: the --full flow (width 32, 8 units, 120 steps), not run "
+        "here (each ablation row costs ~4 minutes on the shared 2 cores)."
+    )
     rec.claim(
         "surrogate_time_per_ess",
         "surrogate MCMC time per effective sample <= 2x the exact ncx2 likelihood's",

@@ -43,10 +43,12 @@ CONFIGS = {
         "lg_depth": 4,
         "dw_depth": 3,
         "dw_steps_per_edge": 8,
-        "train_steps": 300,
+        # 1000 steps (was 300) and 1024 IS samples (was 256): steps cost ~15 ms here, compile
+        # dominates; the ELBO gain on offer is ~0.27 nats, so the comparison needs both.
+        "train_steps": 1000,
         "batch_paths": 4,
         "batch_full": 1,
-        "is_samples": 256,
+        "is_samples": 1024,
         "timing_depths": [3, 5, 7],
         "timing_steps": 4,
         "timing_edges": "discrete",
@@ -205,6 +207,7 @@ def _dw_part(cfg, key, rec):
             "ess": float(out.ess),
             "ess_frac": float(out.ess) / M,
             "ancestral_rmse": rmse,
+            "elbo_se": float(jnp.std(out.log_weights)) / np.sqrt(M),
         }
         for k_, v in res.items():
             rec.metric(f"dw_{tag}_{k_}", v)
@@ -220,6 +223,16 @@ def _dw_part(cfg, key, rec):
         rec.metric(f"dw_nbffg_{mode}_train_s", time.perf_counter() - t0)
         results[mode] = evaluate(f"nbffg_{mode}", res.model)
         curves[mode] = res.losses
+    for mode in ("full", "path"):
+        se = results[mode]["elbo_se"]
+        rec.claim(
+            f"nbffg_{mode}_learned",
+            f"trained enough: NBFFG ({mode}) ELBO - its untrained initialisation's ELBO "
+            f"(theta = 0 is BFFG; same IS keys; per-ELBO MC s.e. ~{se:.3f})",
+            results[mode]["elbo"] - bffg["elbo"],
+            ">=",
+            0.0,
+        )
     rec.claim(
         "nbffg_ess_gt_bffg",
         "double-well SDE: NBFFG (path-subsampled) ESS > BFFG ESS",
@@ -337,6 +350,35 @@ def run(config, key, rec):
         "Quick mode times the training step on discrete (one Euler step per edge) edges "
         "with the ResidualFlow residual: per-depth recompilation of the SDE-edge gradient "
         "costs minutes on 2 CPU cores; --full times SDE edges with the ControlNet."
+    )
+    rec.note(
+        "Root cause of nbffg_ess_gt_bffg / nbffg_elbo_ge_bffg (issue 26): no bug found; "
+        "variance and room. (a) path_loss with all 8 leaves equals full_tree_loss on the same "
+        "per-edge keys to 1e-15 in value and gradient, and path B=4 is unbiased (2000 draws: "
+        "0.359 +- 0.030 vs full 0.381 +- 0.018 at theta = 0; 30.07 vs 30.09 at a random theta). "
+        "(b) On this quick tree (depth 3, branch 0.25, sigma 0.6) the driftless proxy is already "
+        "close: BFFG ESS 607/1024 and ELBO -5.675 vs log p^ -5.409, so at most ~0.27 nats are "
+        "on offer, against a per-step loss s.d. of ~0.8 (B=1 tree) / ~1.3 (B=4 paths). "
+        "(c) On 8 leaves, 4 paths cost 12 edges vs 14 for the whole tree: subsampling saves "
+        "nothing at this size and doubles the gradient variance. Standalone ablation (seed 0, "
+        "1024 IS samples, ELBO s.e. 0.024): "
+        "| run | ELBO | ESS/1024 | "
+        "| BFFG (theta = 0) | -5.675 | 607 | "
+        "| path B4 lr 1e-3, 300 steps (old quick) | -5.817 | 572 | "
+        "| path B4 lr 3e-3, 300 | -5.753 | 583 | "
+        "| path B4 lr 1e-2, 300 | -5.755 | 571 | "
+        "| path B8 lr 3e-3, 300 | -5.652 | 630 | "
+        "| path B4 lr 1e-3, 1000 (new quick) | -5.696 | 627 | "
+        "| full B1 lr 1e-3, 300 | -5.659 | 635 | "
+        "| full B1 lr 1e-3, 1000 | -5.649 | 649 | "
+        "| branch 0.75: BFFG | -5.031 | 27.6 | "
+        "| branch 0.75: path B4 lr 1e-3, 300 | -5.022 | 7.6 |. "
+        "Verdict: a recipe/scale question (gradient variance of the pathwise G term, "
+        "H up to 1/R = 100 near the leaves), not a bug: more steps or more paths per step move "
+        "the path-subsampled model toward and past BFFG; with longer branches (BFFG ESS 3%) the "
+        "ELBO ties and the ESS drops, so the paper's non-linear-edge win is not reproduced at "
+        "CPU scale. The --full configuration (depth 5, 2000 steps, B=8) is where subsampling "
+        "pays; it was not run here."
     )
     rec.note(
         "Landmark shapes with Kunita noise are in notebooks/bridges/020_tree_guidance.ipynb, "

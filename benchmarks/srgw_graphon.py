@@ -47,6 +47,9 @@ CONFIGS = {
         "real_reps": 1,
         "auc_graphs": ["les_miserables"],
         "davis_starts": 30,
+        # karate K = 4: 100 k-means starts (was 10) reach the objective's best minimum
+        # (0.07174) for every seed tried, so the ARI no longer depends on the seed.
+        "karate_starts": 100,
     },
     "full": {
         "ns": [100, 200, 400, 800, 1200, 1600, 2000],
@@ -61,6 +64,9 @@ CONFIGS = {
         "real_reps": 5,
         "auc_graphs": ["karate", "les_miserables", "florentine", "davis"],
         "davis_starts": 30,
+        # karate K = 4: 100 k-means starts (was 10) reach the objective's best minimum
+        # (0.07174) for every seed tried, so the ARI no longer depends on the seed.
+        "karate_starts": 100,
     },
 }
 
@@ -77,6 +83,7 @@ SMOKE = {
     "batch_n": 50,
     "real_reps": 1,
     "davis_starts": 2,
+    "karate_starts": 2,
 }
 B3 = np.array([[0.8, 0.1, 0.2], [0.1, 0.7, 0.15], [0.2, 0.15, 0.6]])
 PI3 = np.array([0.3, 0.3, 0.4])
@@ -339,7 +346,13 @@ def _real_graphs(config, key, rec):
     )
     davis_ari = float(adjusted_rand_index(jnp.asarray(davis.labels), est.labels))
     karate = graphs["karate"]
-    est = estimate_graphon(karate.adjacency, 4, key=jr.fold_in(key, 2), num_starts=10, throw=False)
+    est = estimate_graphon(
+        karate.adjacency,
+        4,
+        key=jr.fold_in(key, 2),
+        num_starts=config["karate_starts"],
+        throw=False,
+    )
     karate_ari = float(adjusted_rand_index(jnp.asarray(karate.labels), est.labels))
     rec.metric(
         "karate_k4_objective",
@@ -352,6 +365,25 @@ def _real_graphs(config, key, rec):
         "spec's prototype) have a higher objective (about 0.0723). The claim depends on "
         "which local minimum the starts reach."
     )
+    rec.note(
+        "Root cause of karate_ari_k4 < 0.5 (issue 26): the criterion, not the optimiser. "
+        "Standalone ablation (best objective / ARI of the kept start, 3 seeds each): "
+        "| K, init | 1 start | 10 starts | 100 starts | "
+        "| 4, kmeans | 0.0827/0.08, 0.0835/0.64, 0.0868/0.73 | 0.0718/0.53, 0.0719/0.34, "
+        "0.0717/0.49 | 0.0717/0.49 (x3) | "
+        "| 4, spectral | 0.0737/0.43, 0.0717/0.49, 0.0723/0.68 | 0.0717/0.49 (x3) | "
+        "0.0717/0.49 (x3) | "
+        "| 4, random | 0.0831/0.17, 0.0868/-0.04, 0.0857/-0.03 | 0.0831/0.17, 0.0828/0.06, "
+        "0.0719/0.34 | 0.0719/0.34, 0.0717/0.49 (x2) | "
+        "| 3, kmeans | 0.0894/-0.02, 0.0840/0.49, 0.1000/0.67 | 0.0840/0.49 (x3) | "
+        "0.0840/0.49 (x3) | "
+        "| 2, any | 0.0952/-0.01 (hubs vs periphery) | same | same |. "
+        "Every route that reaches the lowest objective (0.07174) gets ARI 0.49; the ARIs of 0.64 "
+        "to 0.73 (the spec prototype's 0.73) come from single starts stuck at higher objectives "
+        "(0.0835 to 0.0868). More starts or a better initialisation therefore cannot lift the "
+        "claim: the srGW squared-loss minimiser at K = 4 is 0.01 short of the 0.5 threshold. "
+        "The benchmark now uses 100 starts so the value is the minimiser's, not a seed's."
+    )
     rec.claim(
         "davis_ari_k2",
         "Davis women, K = 2 (best of 30 random starts): ARI vs bipartite",
@@ -361,7 +393,7 @@ def _real_graphs(config, key, rec):
     )
     rec.claim(
         "karate_ari_k4",
-        "karate club, K = 4 (10 k-means starts): ARI vs club",
+        f"karate club, K = 4 ({config['karate_starts']} k-means starts): ARI vs club",
         karate_ari,
         ">=",
         0.5,
