@@ -54,7 +54,7 @@ PAPER = (
 
 CONFIGS = {
     "quick": {
-        "toys": ["8gaussians"],
+        "toys": ["8gaussians", "two_moons"],
         "toy_train": 10000,
         "toy_test": 2000,
         "toy_steps": 1500,
@@ -90,7 +90,7 @@ CONFIGS = {
         "cuts": (
             "CPU quick: toys 1500 steps at batch 256, digits 1500 at 128 (spec 5a: 3k steps at "
             "batch 512 for the toys, 2k at 128 for digits), 10k toy training points (spec: "
-            "50k), 8-Gaussians only (two-moons and checkerboard in full), one model for T in "
+            "50k), 8-Gaussians and two-moons (checkerboard in full), one model for T in "
             "{1, 2, 4, 8}, MADE transporters of 2 blocks (the paper's Table 4 depth; spec 5a's "
             "4 blocks make T = 1 a 4-layer MAF that fits 8 Gaussians, see the ablation note) "
             "and MLP predictors; AdamW at 2e-3 (toys) and 5e-3 (digits) for every arm (spec: "
