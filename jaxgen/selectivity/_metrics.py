@@ -18,6 +18,7 @@ References:
     Delta Score, arXiv 2311.12035; thresholds from the public TheSelective evaluation code.
 """
 
+import functools as ft
 from collections.abc import Callable
 from typing import Any
 
@@ -330,6 +331,39 @@ def diagonal_dominance(G: Float[ArrayLike, "T T"]) -> Float[Array, ""]:
     return jnp.mean((jnp.diagonal(G) < jnp.min(off, axis=1)).astype(jnp.result_type(float)))
 
 
+@ft.partial(jax.jit, static_argnames=("margin", "on_threshold", "off_threshold", "tau"))
+def _summary_arrays(
+    S: Array,
+    valid: Array,
+    *,
+    margin: float,
+    on_threshold: float | None,
+    off_threshold: float | None,
+    tau: float,
+) -> dict[str, Array]:
+    """The metrics of :func:`summarize` as device arrays, in one compiled program."""
+    on = jnp.where(valid[:, 0], S[:, 0], jnp.nan)
+    evaluable = _split(S, valid)[4]
+    return {
+        "num_evaluable": jnp.sum(evaluable),
+        "failures_per_target": jnp.sum(~valid, axis=0),
+        "on_target_mean": jnp.nanmean(on),
+        "on_target_median": jnp.nanmedian(on),
+        "gap_min_mean": jnp.nanmean(selectivity_gap(S, valid, how="min")),
+        "gap_mean_mean": jnp.nanmean(selectivity_gap(S, valid, how="mean")),
+        "gap_soft_mean": jnp.nanmean(selectivity_gap(S, valid, how="soft", tau=tau)),
+        "success_rate": success_rate(S, valid, margin=margin, on_threshold=on_threshold),
+        "success_rate_gap_only": success_rate(S, valid, margin=margin, on_threshold=None),
+        "selective_hit_rate": selective_hit_rate(
+            S, valid, on_threshold=on_threshold, off_threshold=off_threshold
+        ),
+        "mean_rank": jnp.nanmean(on_target_rank(S, valid)),
+        "top1_rate": top1_rate(S, valid),
+        "panel_clean_rate": _masked_rate(panel_hits(S, valid, margin=0.0) == 0, evaluable),
+        "hit_frequency": hit_frequency(S, valid, margin=0.0),
+    }
+
+
 def summarize(
     S: Float[ArrayLike, "n t"],
     valid: Bool[ArrayLike, "n t"] | None = None,
@@ -341,39 +375,37 @@ def summarize(
 ) -> dict[str, Any]:
     """Every metric of a task in one dict (host floats), with failure counts per target.
 
+    The metrics are computed in one compiled program (one compilation per score shape and
+    threshold setting), then brought to the host.
+
     Raises:
         ValueError: no row has a valid on-target score (nothing to summarise).
     """
     S, valid = _check_scores(S, valid)
-    valid_np = jax.device_get(valid)
-    if not bool(valid_np[:, 0].any()):
+    if not bool(jax.device_get(valid)[:, 0].any()):
         raise ValueError("no molecule has a valid on-target score: every docking failed.")
-    s = S[:, 0]
-    ok = valid[:, 0]
-    on = jnp.where(ok, s, jnp.nan)
-    evaluable = _split(S, valid)[4]
-    gap_min = selectivity_gap(S, valid, how="min")
-    gap_mean = selectivity_gap(S, valid, how="mean")
-    ranks = on_target_rank(S, valid)
-    out = {
-        "num_molecules": int(S.shape[0]),
-        "num_evaluable": int(jnp.sum(evaluable)),
-        "failures_per_target": [int(v) for v in (~valid_np).sum(axis=0)],
-        "on_target_mean": float(jnp.nanmean(on)),
-        "on_target_median": float(jnp.nanmedian(on)),
-        "gap_min_mean": float(jnp.nanmean(gap_min)),
-        "gap_mean_mean": float(jnp.nanmean(gap_mean)),
-        "gap_soft_mean": float(jnp.nanmean(selectivity_gap(S, valid, how="soft", tau=tau))),
-        "success_rate": float(success_rate(S, valid, margin=margin, on_threshold=on_threshold)),
-        "success_rate_gap_only": float(success_rate(S, valid, margin=margin, on_threshold=None)),
-        "selective_hit_rate": float(
-            selective_hit_rate(S, valid, on_threshold=on_threshold, off_threshold=off_threshold)
-        ),
-        "mean_rank": float(jnp.nanmean(ranks)),
-        "top1_rate": float(top1_rate(S, valid)),
-        "panel_clean_rate": float(_masked_rate(panel_hits(S, valid, margin=0.0) == 0, evaluable)),
-        "hit_frequency": [float(v) for v in hit_frequency(S, valid, margin=0.0)],
-    }
+    if not tau > 0:
+        raise ValueError(f"`tau` must be > 0, got {tau}.")
+    arrays = jax.device_get(
+        _summary_arrays(
+            S,
+            valid,
+            margin=float(margin),
+            on_threshold=None if on_threshold is None else float(on_threshold),
+            off_threshold=None if off_threshold is None else float(off_threshold),
+            tau=float(tau),
+        )
+    )
+    out: dict[str, Any] = {"num_molecules": int(S.shape[0])}
+    for name, value in arrays.items():
+        if name in ("num_evaluable",):
+            out[name] = int(value)
+        elif name == "failures_per_target":
+            out[name] = [int(v) for v in value]
+        elif name == "hit_frequency":
+            out[name] = [float(v) for v in value]
+        else:
+            out[name] = float(value)
     return out
 
 

@@ -299,7 +299,7 @@ def test_losses_eager_jit_vmap_grad(loss_setup):
         lambda f: convmmd_loss_gmm_closed(eqx.combine(unravel(f), static), x, s, bandwidths=h)
     )
     check_grads(closed, (flat,), order=1, modes=["rev"])
-    grads = eqx.filter_grad(lambda g: marg(g, key))(gmm)
+    grads = eqx.filter_jit(eqx.filter_grad(lambda g: marg(g, key)))(gmm)
     assert float(jnp.abs(grads.logits).sum()) > 0  # weights get exact gradients
 
 

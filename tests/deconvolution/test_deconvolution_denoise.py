@@ -54,7 +54,9 @@ def test_check4_tweedie_equals_closed_form(getkey, d, full):
         scales = jr.uniform(getkey(), (6, d), minval=0.3, maxval=1.5)
     cov = noise_covariances(scales)
     closed = posterior_mean_gmm(gmm, x, scales)
-    tw = tweedie(lambda xi, c: gmm.convolved_log_prob(xi[None], c[None])[0], x, cov)
+    tw = jax.jit(tweedie, static_argnums=0)(
+        lambda xi, c: gmm.convolved_log_prob(xi[None], c[None])[0], x, cov
+    )
     chex.assert_trees_all_close(closed, tw, atol=1e-10)
     # eager == jit, vmap over observation sets == loop
     chex.assert_trees_all_close(eqx.filter_jit(posterior_mean_gmm)(gmm, x, scales), closed)
@@ -69,7 +71,9 @@ def snis_run():
     # far observations included: weights must not underflow to NaN
     x = jnp.array([[-3.0], [-1.0], [0.2], [1.5], [4.0], [40.0]])
     s = jnp.array([[0.5], [1.0], [0.3], [0.05], [2.0], [0.5]])
-    mean, mcse = posterior_mean_snis(gmm, x, s, key=jr.key(7), noise=GAUSS, num_samples=1024)
+    mean, mcse = jax.jit(
+        lambda k: posterior_mean_snis(gmm, x, s, key=k, noise=GAUSS, num_samples=1024)
+    )(jr.key(7))
     return gmm, x, s, mean, mcse
 
 

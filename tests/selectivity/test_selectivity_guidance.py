@@ -30,7 +30,7 @@ def _gaussian_field():
 
 def test_linear_objective_tilts_a_gaussian_exactly():
     """Check 7: with J(x) = b.x and w = 1 the guided flow samples N(MU + SIGMA b, SIGMA)."""
-    n = 20000
+    n = 10000
     guided = ClassifierGuidedVelocity(_gaussian_field(), lambda x: B @ x, scale=1.0, t_min=1e-6)
 
     @jax.jit
