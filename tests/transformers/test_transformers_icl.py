@@ -52,6 +52,7 @@ def test_rigid_motion_and_padding(task, getkey):
         lambda x, y, q, m: T.knn_predict(x, y, q, 5, mask=m),
         T.TwoStageConstruction(d=1, h_pca=0.4, h=0.4),
     ):
+        fn = jax.jit(fn)  # eager == jit is checked in test_models_eager_jit_vmap_loop
         a = fn(task.x, task.y, task.xq[0], None)
         np.testing.assert_allclose(fn(pad, ypad, task.xq[0], mask), a, rtol=1e-9, atol=1e-12)
 
@@ -88,24 +89,26 @@ def test_linear_attention_one_gd_step(getkey):
 def test_bayes_weight_space_equals_function_space():
     pieces = T.sample_mixture(jr.key(2), 3, 2)
     task = T.sample_task(jr.key(3), pieces, 40, num_queries=3, J=8)
-    fs = T.bayes_predict(task, beta=1.5, J=8, sigma=0.1)  # n = 40 > F = 16: weight space
+    bayes_predict = jax.jit(T.bayes_predict, static_argnames=("beta", "J", "sigma"))
+    fs = bayes_predict(task, beta=1.5, J=8, sigma=0.1)  # n = 40 > F = 16: weight space
     sub = task._replace(
         x=task.x[:12], y=task.y[:12], piece=task.piece[:12], coords=task.coords[:12]
     )
     # numpy function-space reference on the small task
     from jaxgen.transformers import prior_kernel
 
-    kern = jax.vmap(jax.vmap(lambda a, b: prior_kernel(a, b, beta=1.5, J=8), (None, 0)), (0, None))
+    kern = jax.jit(
+        jax.vmap(jax.vmap(lambda a, b: prior_kernel(a, b, beta=1.5, J=8), (None, 0)), (0, None))
+    )
     for q in range(3):
         same = np.asarray(sub.piece == sub.piece_q[q])
         K = np.asarray(kern(sub.coords, sub.coords))[np.ix_(same, same)]
         k = np.asarray(kern(sub.coords_q[q : q + 1], sub.coords))[0][same]
         ref = k @ np.linalg.solve(K + 0.01 * np.eye(same.sum()), np.asarray(sub.y)[same])
-        np.testing.assert_allclose(
-            T.bayes_predict(sub, beta=1.5, J=8, sigma=0.1)[q], ref, rtol=1e-8
-        )
+        np.testing.assert_allclose(bayes_predict(sub, beta=1.5, J=8, sigma=0.1)[q], ref, rtol=1e-8)
     assert fs.shape == (3,)
-    assert bool(jnp.all(T.bayes_risk(task, beta=1.5, J=8, sigma=0.1) > 0))
+    bayes_risk = jax.jit(T.bayes_risk, static_argnames=("beta", "J", "sigma"))
+    assert bool(jnp.all(bayes_risk(task, beta=1.5, J=8, sigma=0.1) > 0))
 
 
 def test_ridge_and_kernel_ridge_vs_references(task):
