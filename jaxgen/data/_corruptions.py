@@ -5,6 +5,8 @@ Each acts on images ``(..., H, W)`` or flat ``(..., H*W)`` with ``shape=(H, W)``
 contrast factor, occluded side fraction, shift in pixels).
 """
 
+import functools as ft
+
 import jax
 import jax.numpy as jnp
 import jax.random as jr
@@ -30,6 +32,13 @@ def corrupt(
     x = jnp.asarray(images)
     if x.ndim < 2:
         raise ValueError(f"`images` must have shape (..., H, W), got {x.shape}.")
+    return _corrupt(key, x, name, float(severity))
+
+
+# One compiled program per (name, severity, shape): severities set Python-level sizes (blur
+# radius, occluded side, shift range), and op-by-op dispatch costs seconds per eager call.
+@ft.partial(jax.jit, static_argnames=("name", "severity"))
+def _corrupt(key: PRNGKeyArray, x: Array, name: str, severity: float) -> Array:
     H, W = x.shape[-2:]
     if name == "gaussian_noise":
         out = x + severity * jr.normal(key, x.shape, x.dtype)
