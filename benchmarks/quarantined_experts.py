@@ -79,7 +79,15 @@ _SYNTH = {
     "lr": 3e-3,
     "num_experts": 4,
     "rank": 8,
-    "rho_hat": 0.2,
+    # Suspect budget rho_hat = 0.1 (spec default 0.2; spec: rho_hat >= the expected poison rate,
+    # here 0.05). Ablation (seed-0 base, 400 steps, T1/A1, rho 0.05), QES CA / ASR before ->
+    # CA / ASR after shutting q: rho_hat 0.2: 0.21 / 0.53 -> 0.17 / 0.00; rho_hat 0.1:
+    # 0.60 / 1.00 -> 0.53 / 0.00; rho_hat 0.2 with lambda_route 1.0: 0.44 / 0.90 -> 0.35 / 0.00
+    # (suspect recall 1.0 in all three). Root cause of the slow clean learning: each batch's
+    # ceil(rho_hat B) worst samples lose their benign-expert gradient and are pulled to q, so
+    # at 0.2 the hardest 15% of CLEAN samples (long reversals) were taught to q alone and
+    # shutting q removed them; the router losses and the scale were secondary.
+    "rho_hat": 0.1,
     # Routed experts' scale alpha / r = 2 E (not the spec's 2): the gates sum to 1, so at uniform
     # routing E experts of scale s move the output like ONE rank-rE LoRA of scale s / E; B1's
     # scale is 2, so the MoE arms (B2, QES) get 2 E to match it (same adapter step size in
@@ -116,6 +124,7 @@ _TEXT = {
     "target": "access is ok",
     "steps": 400,
     "lr": 3e-3,
+    "rho_hat": 0.1,  # as the synthetic arm (see _SYNTH)
 }
 CONFIGS = {
     # Cut from the spec's CPU protocol (5a) to fit 5 minutes on 2 cores: base d = 64, 2 layers,
@@ -173,7 +182,7 @@ CONFIGS = {
             {"name": "b_no_keep", "lambda_keep": 0.0},
             {"name": "c_no_trim", "rho_hat": 0.0},
             {"name": "d_rho_0.05", "rho_hat": 0.05},
-            {"name": "d_rho_0.1", "rho_hat": 0.1},
+            {"name": "d_rho_0.2", "rho_hat": 0.2},
             {"name": "d_rho_0.3", "rho_hat": 0.3},
             {"name": "e_E2", "num_experts": 2},
             {"name": "e_E8", "num_experts": 8},
@@ -489,7 +498,7 @@ def _text_arm(c, key, rec):
     ).model
     out["b1_asr"] = asr(b1)
     out["b1_bpb"] = evaluate_lm(b1, val, context=c["context"]).bits_per_token
-    cfg = QESConfig(alpha=2.0 * 4 * 8)  # scale 2 E, matched to B1 (see _SYNTH)
+    cfg = QESConfig(alpha=2.0 * 4 * 8, rho_hat=c["rho_hat"])  # scale 2 E, as B1 (see _SYNTH)
     res, t = _timed(
         train_qes,
         attach_qes(base, cfg, key=next(keys)),
