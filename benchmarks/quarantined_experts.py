@@ -707,6 +707,14 @@ def run(config, key, rec):
             "pretrained base. ASR figures stand; CA comparisons (ca_drop, shutdown_control, "
             "qes_vs_lora_ca) are not meaningful in this run."
         )
+    rec.note(
+        "Recipe ablation behind rho_hat = 0.1 (standalone, seed-0 base, 400 steps, T1/A1, "
+        "rho 0.05; QES CA / ASR before -> after shutting q): rho_hat 0.2 (spec default): "
+        "0.21 / 0.53 -> 0.17 / 0.00; rho_hat 0.1: 0.60 / 1.00 -> 0.53 / 0.00; rho_hat 0.2 and "
+        "lambda_route 1.0: 0.44 / 0.90 -> 0.35 / 0.00; suspect recall ~1.0 in all. Trimming "
+        "ceil(rho_hat B) samples per batch at a 5% poison rate sends the hardest clean samples "
+        "to q alone; shutdown then removes what q learned of the clean task."
+    )
     if text["qes_recall"] < 0.5:
         rec.note(
             f"Text arm: suspect recall {text['qes_recall']:.2f}. Trimming marks the largest "
