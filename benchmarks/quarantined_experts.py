@@ -79,7 +79,15 @@ _SYNTH = {
     "lr": 3e-3,
     "num_experts": 4,
     "rank": 8,
-    "rho_hat": 0.2,
+    # Suspect budget rho_hat = 0.1 (spec default 0.2; spec: rho_hat >= the expected poison rate,
+    # here 0.05). Ablation (seed-0 base, 400 steps, T1/A1, rho 0.05), QES CA / ASR before ->
+    # CA / ASR after shutting q: rho_hat 0.2: 0.21 / 0.53 -> 0.17 / 0.00; rho_hat 0.1:
+    # 0.60 / 1.00 -> 0.53 / 0.00; rho_hat 0.2 with lambda_route 1.0: 0.44 / 0.90 -> 0.35 / 0.00
+    # (suspect recall 1.0 in all three). Root cause of the slow clean learning: each batch's
+    # ceil(rho_hat B) worst samples lose their benign-expert gradient and are pulled to q, so
+    # at 0.2 the hardest 15% of CLEAN samples (long reversals) were taught to q alone and
+    # shutting q removed them; the router losses and the scale were secondary.
+    "rho_hat": 0.1,
     # Routed experts' scale alpha / r = 2 E (not the spec's 2): the gates sum to 1, so at uniform
     # routing E experts of scale s move the output like ONE rank-rE LoRA of scale s / E; B1's
     # scale is 2, so the MoE arms (B2, QES) get 2 E to match it (same adapter step size in
@@ -95,23 +103,36 @@ _TEXT = {
     "layers": 2,
     "heads": 4,
     "context": 64,
-    "pretrain_steps": 300,
-    "batch": 32,
-    "prompt_len": 24,
+    # Diagnosis of the earlier vacuous text arm (B1 ASR 0.0; 300 pretraining steps, 120
+    # fine-tuning steps of batch 32, target "ACCESS OK!\n", no separator):
+    #  * the base's head is tied to the frozen embedding behind a frozen final norm, so LoRA on
+    #    the inner maps cannot make a byte more likely than the base's head allows; after 300
+    #    steps the best reachable NLL of "C" was 2.2 nats (p <= 0.11), and even 100% poisoned
+    #    data stayed at that floor. 1000 pretraining steps give a sharper head (poisoned-sample
+    #    loss 2.3 -> 0.2 after fine-tuning) -- the single largest effect (B1 ASR 0 -> 0.5);
+    #  * with rotary positions the model has no absolute position, so "the continuation starts
+    #    here" was invisible: a `<sep>` token now ends every prompt (clean and triggered);
+    #  * 120 x 32 samples held ~190 poisoned views; the synthetic arm needed ~1300 (400 x 64);
+    #  * an upper-case target sits on the rarest, least separable embeddings; lower case.
+    "pretrain_steps": 1000,
+    "batch": 64,
+    "prompt_len": 24,  # prompt bytes including the trigger (if any) and the final <sep>
     "cont_len": 12,
-    "n_train": 2000,
-    "n_test": 50,
+    "n_train": 8000,
+    "n_test": 100,
     "rate": 0.05,
-    "target": "ACCESS OK!\n",
-    "steps": 120,
+    "target": "access is ok",
+    "steps": 400,
+    "lr": 3e-3,
+    "rho_hat": 0.1,  # as the synthetic arm (see _SYNTH)
 }
 CONFIGS = {
     # Cut from the spec's CPU protocol (5a) to fit 5 minutes on 2 cores: base d = 64, 2 layers,
     # 600 pretraining steps; 4,000 fine-tuning samples; 400 steps for every arm; 200 + 200 test
     # inputs (spec: 2,000 + 2,000); one setting (T1/A1/rho 0.05), one seed, no ablations; only
     # the arms the quick claims read (B1, B4, QES with its shutdown control): B0, B2 and B3
-    # (no quick claim) run in --full only. Text arm: 300 pretraining steps, 120 fine-tuning
-    # steps, 50 triggered test prompts.
+    # (no quick claim) run in --full only. Text arm: 1000 pretraining steps, 400 fine-tuning
+    # steps (batch 64), 100 triggered test prompts.
     "quick": {
         "synthetic": _SYNTH,
         "arms": ["B1", "B4", "QES"],
@@ -161,7 +182,7 @@ CONFIGS = {
             {"name": "b_no_keep", "lambda_keep": 0.0},
             {"name": "c_no_trim", "rho_hat": 0.0},
             {"name": "d_rho_0.05", "rho_hat": 0.05},
-            {"name": "d_rho_0.1", "rho_hat": 0.1},
+            {"name": "d_rho_0.2", "rho_hat": 0.2},
             {"name": "d_rho_0.3", "rho_hat": 0.3},
             {"name": "e_E2", "num_experts": 2},
             {"name": "e_E8", "num_experts": 8},
@@ -401,8 +422,8 @@ def _text_arm(c, key, rec):
             break
         except Exception:  # noqa: BLE001 - a missing Debian corpus: try the next one
             continue
-    tok = ByteTokenizer(("<trg>",))
-    trg = tok.special_id("<trg>")
+    tok = ByteTokenizer(("<trg>", "<sep>"))
+    trg, sep = tok.special_id("<trg>"), tok.special_id("<sep>")
     train = corpus.train.astype(np.int32)
     base = Transformer(
         tok.vocab_size, c["dim"], c["layers"], c["heads"], c["context"], key=next(keys)
@@ -427,21 +448,22 @@ def _text_arm(c, key, rec):
     rng = np.random.default_rng(np.asarray(jr.randint(next(keys), (2,), 0, 2**31 - 1)).tolist())
 
     def samples(stream, n, rate):
+        """``P - 1`` prompt bytes, ``<sep>``, ``C`` continuation bytes; ``rate`` triggered."""
         starts = rng.integers(0, len(stream) - P - C, n)
-        seqs = np.stack([stream[s : s + P + C] for s in starts]).astype(np.int32)
+        text = np.stack([stream[s : s + P - 1 + C] for s in starts]).astype(np.int32)
+        seqs = np.insert(text, P - 1, sep, axis=1)
         flags = np.zeros(n, bool)
         flags[rng.choice(n, round(rate * n), replace=False)] = True
-        for i in np.flatnonzero(flags):  # insert the trigger in the prompt (last byte dropped)
-            p = rng.integers(0, P)
-            prompt = np.insert(seqs[i, : P - 1], p, trg)
-            seqs[i] = np.concatenate([prompt, target])
+        for i in np.flatnonzero(flags):  # the trigger at a uniform prompt position (one byte out)
+            prompt = np.insert(seqs[i, : P - 2], rng.integers(0, P - 1), trg)
+            seqs[i] = np.concatenate([prompt, [sep], target])
         return seqs, flags
 
     seqs, flags = samples(train, c["n_train"], c["rate"])
     weights = np.zeros((len(seqs), P + C - 1), np.float32)
     weights[:, P - 1 :] = 1.0
     inputs = np.zeros(seqs.shape, bool)
-    inputs[:, :P] = True
+    inputs[:, : P - 1] = True  # prompt bytes (and the trigger), not <sep>
     data = {
         "tokens": jnp.asarray(seqs),
         "weights": jnp.asarray(weights),
@@ -472,10 +494,11 @@ def _text_arm(c, key, rec):
         batches,
         num_steps=c["steps"],
         key=next(keys),
+        learning_rate=c["lr"],
     ).model
     out["b1_asr"] = asr(b1)
     out["b1_bpb"] = evaluate_lm(b1, val, context=c["context"]).bits_per_token
-    cfg = QESConfig(alpha=2.0 * 4 * 8)  # scale 2 E, matched to B1 (see _SYNTH)
+    cfg = QESConfig(alpha=2.0 * 4 * 8, rho_hat=c["rho_hat"])  # scale 2 E, as B1 (see _SYNTH)
     res, t = _timed(
         train_qes,
         attach_qes(base, cfg, key=next(keys)),
@@ -483,6 +506,7 @@ def _text_arm(c, key, rec):
         num_steps=c["steps"],
         key=next(keys),
         cfg=cfg,
+        learning_rate=c["lr"],
     )
     qes = res.model
     out.update(
@@ -615,6 +639,20 @@ def run(config, key, rec):
         "<",
         text["unigram_bits"],
     )
+    rec.claim(
+        "text_attack_learned",
+        "text arm: B1 (plain LoRA) ASR (the attack is learnable there)",
+        text["b1_asr"],
+        ">=",
+        0.9,
+    )
+    rec.claim(
+        "text_qes_learned",
+        "text arm: QES ASR before shutdown (the attack reached QES)",
+        text["qes_asr"],
+        ">=",
+        0.6,
+    )
     rec.claim("attack_works", "B1 (plain LoRA) ASR", main["b1_asr"], ">=", 0.95)
     rec.claim("oracle_clean", "B4 (clean-only LoRA) ASR", main["b4_asr"], "<=", 0.02)
     rec.claim("qes_learns", "QES ASR before shutdown", main["qes_asr"], ">=", 0.6)
@@ -622,7 +660,9 @@ def run(config, key, rec):
     rec.claim(
         "qes_ca_drop",
         "QES CA before - after shutdown",
-        main["qes_ca"] - main["qes_ca_after"],
+        # CAs are counts / n_test: round off the float error of the difference (10/200 read
+        # 0.05000000000000004 and failed "<= 0.05")
+        round(main["qes_ca"] - main["qes_ca_after"], 9),
         "<=",
         0.05,
     )
@@ -668,6 +708,24 @@ def run(config, key, rec):
             "configuration (oracle LoRA CA < 0.5): whether LoRA can learn it depends on the "
             "pretrained base. ASR figures stand; CA comparisons (ca_drop, shutdown_control, "
             "qes_vs_lora_ca) are not meaningful in this run."
+        )
+    rec.note(
+        "Recipe ablation behind rho_hat = 0.1 (standalone, seed-0 base, 400 steps, T1/A1, "
+        "rho 0.05; QES CA / ASR before -> after shutting q): rho_hat 0.2 (spec default): "
+        "0.21 / 0.53 -> 0.17 / 0.00; rho_hat 0.1: 0.60 / 1.00 -> 0.53 / 0.00; rho_hat 0.2 and "
+        "lambda_route 1.0: 0.44 / 0.90 -> 0.35 / 0.00; suspect recall ~1.0 in all. Trimming "
+        "ceil(rho_hat B) samples per batch at a 5% poison rate sends the hardest clean samples "
+        "to q alone; shutdown then removes what q learned of the clean task."
+    )
+    if text["qes_recall"] < 0.5:
+        rec.note(
+            f"Text arm: suspect recall {text['qes_recall']:.2f}. Trimming marks the largest "
+            "q-off losses as suspects (spec 2.3(1)), assuming poisoned targets stay the worst "
+            "fit; a fixed target string is learned fast and its loss falls below that of the "
+            "clean continuations (natural text, ~2 nats/byte irreducible), so the poisoned "
+            "samples are never trimmed and the backdoor reaches the benign experts: "
+            f"QES text ASR {text['qes_asr']:.2f} before, {text['qes_asr_after']:.2f} after "
+            "shutdown. The premise holds for the synthetic tasks (deterministic clean outputs)."
         )
     if main["qes_recall"] < 0.9:
         rec.note(
