@@ -366,5 +366,7 @@ def test_guided_bad_input():
         fit_nbffg(jr.key(0), sgt, ctrl, num_steps=1, mode="tree")
     with pytest.raises(ValueError, match="`batch_size`"):
         fit_nbffg(jr.key(0), sgt, ctrl, num_steps=1, batch_size=9)
+    with pytest.raises(ValueError, match="`leaf_sampling` must be 'stratified' or 'uniform'"):
+        fit_nbffg(jr.key(0), sgt, ctrl, num_steps=1, leaf_sampling="random")
     with pytest.raises(ValueError, match="`num_samples`"):
         importance_sample(jr.key(0), gt, 0)
