@@ -68,6 +68,7 @@ from ._tree_fit import (
     fit_nbffg as fit_nbffg,
     full_tree_loss as full_tree_loss,
     leaf_batches as leaf_batches,
+    stratified_leaf_batches as stratified_leaf_batches,
 )
 from ._tree_guided import (
     ControlNet as ControlNet,

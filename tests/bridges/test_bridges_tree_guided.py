@@ -327,7 +327,8 @@ def test_fit_nbffg_full_mode_improves_elbo():
         "step's gradient comes from a single draw; at lr 1e-3 that noise makes the IS ELBO worse "
         "than BFFG's (-2.818 vs -2.709; full mode with one draw per step: -2.881, with eight: "
         "-2.663). Independent per-leaf draws were tried and do not fix it (B = 2: -2.819, B = 4: "
-        "-2.732); more draws per step or a variance-reduced gradient are the candidates."
+        "-2.732). Still fails with the 3e-3 / 5% warm-up default and stratified leaves at 300 "
+        "steps; the benchmark's path model needs 2000 steps of B = 4 (ablation note)."
     ),
 )
 def test_fit_nbffg_path_mode_improves_elbo():
@@ -366,5 +367,7 @@ def test_guided_bad_input():
         fit_nbffg(jr.key(0), sgt, ctrl, num_steps=1, mode="tree")
     with pytest.raises(ValueError, match="`batch_size`"):
         fit_nbffg(jr.key(0), sgt, ctrl, num_steps=1, batch_size=9)
+    with pytest.raises(ValueError, match="`leaf_sampling` must be 'stratified' or 'uniform'"):
+        fit_nbffg(jr.key(0), sgt, ctrl, num_steps=1, leaf_sampling="random")
     with pytest.raises(ValueError, match="`num_samples`"):
         importance_sample(jr.key(0), gt, 0)

@@ -34,6 +34,7 @@ from jaxgen.bridges import (
     proxy_posterior_mean,
     sde_proxy_from_anchors,
     simulate_tree,
+    stratified_leaf_batches,
 )
 
 from .test_bridges_tree_guided import (
@@ -191,6 +192,29 @@ def test_leaf_batches_distinct_uniform_rows():
         leaf_batches(5, 6)
     with pytest.raises(ValueError, match="`batch_size`"):
         leaf_batches(5, 0)
+
+
+def test_stratified_leaf_batches_uniform_inclusion_and_subtree_counts():
+    """Systematic sampling in depth-first order, on an unbalanced (Yule) tree: distinct rows,
+    each leaf with probability B / N_L (what keeps `path_loss` unbiased; 4 SE), and every
+    subtree holding floor or ceil of n_L(v) B / N_L of the drawn leaves (the stratification)."""
+    topo = TreeTopology.yule(7, seed=3)
+    nl, b, m = topo.num_leaves, 3, 4000
+    rows = np.asarray(jax.jit(jax.vmap(stratified_leaf_batches(topo, b)))(jr.split(jr.key(0), m)))
+    assert rows.shape == (m, b) and rows.min() >= 0 and rows.max() < nl
+    assert np.all(np.diff(np.sort(rows, axis=1), axis=1) > 0)
+    inc = np.zeros((m, nl), bool)
+    inc[np.arange(m)[:, None], rows] = True
+    p1 = b / nl
+    np.testing.assert_array_less(np.abs(inc.mean(0) - p1), 4 * np.sqrt(p1 * (1 - p1) / m))
+    paths = np.asarray(topo.leaf_paths)
+    for v in np.flatnonzero(~np.asarray(topo.is_leaf)):
+        below = np.any(paths == v, axis=1)  # leaf rows in the subtree of v
+        counts = inc[:, below].sum(1)
+        want = below.sum() * b / nl
+        assert np.all((counts >= np.floor(want - 1e-9)) & (counts <= np.ceil(want + 1e-9))), v
+    with pytest.raises(ValueError, match=f"`batch_size` must be an int in \\[1, {nl}\\], got 0"):
+        stratified_leaf_batches(topo, 0)
 
 
 # -- proxy_posterior_mean --------------------------------------------------------------------
