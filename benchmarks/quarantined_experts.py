@@ -102,7 +102,7 @@ _TEXT = {
     "dim": 64,
     "layers": 2,
     "heads": 4,
-    "context": 64,
+    "context": 32,
     # Diagnosis of the earlier vacuous text arm (B1 ASR 0.0; 300 pretraining steps, 120
     # fine-tuning steps of batch 32, target "ACCESS OK!\n", no separator):
     #  * the base's head is tied to the frozen embedding behind a frozen final norm, so LoRA on
@@ -114,16 +114,24 @@ _TEXT = {
     #    here" was invisible: a `<sep>` token now ends every prompt (clean and triggered);
     #  * 120 x 32 samples held ~190 poisoned views; the synthetic arm needed ~1300 (400 x 64);
     #  * an upper-case target sits on the rarest, least separable embeddings; lower case.
+    #  Round 2 (B1 text ASR 0.17 in the benchmark, 0.52 standalone at 400 steps, lr 3e-3,
+    #  batch 64, 24-byte prompts; standalone B1 on one saved base): lr 1e-2 -> 0.87 at 400
+    #  steps; 16-byte prompts, batch 96, 300 steps, lr 1e-2 -> 0.90 (batch 128: 0.92; lr 2e-2
+    #  diverged: 0.20). Shorter prompts leave fewer distractor bytes around the trigger and
+    #  cost less (sequence 28 bytes, was 36). Pretraining context 32 (was 64): the fine-tuning
+    #  sequences are 28 bytes, and the pretraining windows were the largest token count of
+    #  the quick run.
     "pretrain_steps": 1000,
-    "batch": 64,
-    "prompt_len": 24,  # prompt bytes including the trigger (if any) and the final <sep>
+    "batch": 64,  # pretraining windows
+    "ft_batch": 96,  # fine-tuning (B1, QES): ~1440 poisoned views in 300 steps at 5%
+    "prompt_len": 16,  # prompt bytes including the trigger (if any) and the final <sep>
     "cont_len": 12,
     "n_train": 8000,
     "n_test": 100,
     "rate": 0.05,
     "target": "access is ok",
-    "steps": 400,
-    "lr": 3e-3,
+    "steps": 300,
+    "lr": 1e-2,
     "rho_hat": 0.1,  # as the synthetic arm (see _SYNTH)
 }
 CONFIGS = {
@@ -131,8 +139,11 @@ CONFIGS = {
     # 600 pretraining steps; 4,000 fine-tuning samples; 400 steps for every arm; 200 + 200 test
     # inputs (spec: 2,000 + 2,000); one setting (T1/A1/rho 0.05), one seed, no ablations; only
     # the arms the quick claims read (B1, B4, QES with its shutdown control): B0, B2 and B3
-    # (no quick claim) run in --full only. Text arm: 1000 pretraining steps, 400 fine-tuning
-    # steps (batch 64), 100 triggered test prompts.
+    # (no quick claim) run in --full only. Text arm: 1000 pretraining steps (context 32), 300
+    # fine-tuning steps (batch 96, 28-byte sequences), 100 triggered test prompts. Round 2 cut
+    # the quick wall (509 s at load ~4) where it cost least: the text arm's pretraining windows
+    # (context 64 -> 32; the fine-tuning sequences are 28 bytes) and its fine-tuning tokens
+    # (400 x 64 x 36 -> 300 x 96 x 28 at a higher lr, which also teaches B1 the attack).
     "quick": {
         "synthetic": _SYNTH,
         "arms": ["B1", "B4", "QES"],
@@ -168,6 +179,7 @@ CONFIGS = {
             "n_train": 20000,
             "n_test": 1000,
             "steps": 1500,
+            "lr": 3e-3,  # the quick arm's 1e-2 is tuned for its 300 steps of a d = 64 model
         },
         "arms": ["B0", "B1", "B2", "B3", "B4", "QES"],
         "settings": [
@@ -470,7 +482,7 @@ def _text_arm(c, key, rec):
         "inputs": jnp.asarray(inputs),
         "poisoned": jnp.asarray(flags),
     }
-    batches = minibatches(data, c["batch"])
+    batches = minibatches(data, c["ft_batch"])
     trig_prompts, _ = samples(val, c["n_test"], 1.0)
     trig_prompts = trig_prompts[:, :P]
 
@@ -708,6 +720,19 @@ def run(config, key, rec):
             "configuration (oracle LoRA CA < 0.5): whether LoRA can learn it depends on the "
             "pretrained base. ASR figures stand; CA comparisons (ca_drop, shutdown_control, "
             "qes_vs_lora_ca) are not meaningful in this run."
+        )
+    if base_acc < 0.8:
+        tasks = ", ".join(f"{k} {v:.2f}" for k, v in per_task.items())
+        rec.note(
+            f"Base pretraining (2 layers, d = 64, 600 steps) reached exact match {base_acc:.2f} "
+            f"on the generic tasks (per task: {tasks}). Standalone figures (seed-0 base): "
+            "600 steps, lr 3e-3: 0.66 (rotate 0.00); 1200 steps: 0.72 (copy 1.00, sort 0.69, "
+            "shift 1.00, count 0.89, rotate 0.03; 145 s at load ~4, twice the phase); 600 "
+            "steps at lr 1e-2: 0.57. `rotate` (start at the smallest letter: an argmin, then "
+            "an offset copy) is not learned by this base at any budget that fits the quick "
+            "run, which caps the mean near 0.8 even with the other four tasks perfect; it is "
+            "kept because the base needs it to learn T1 (reverse, see _SYNTH). The T1 "
+            "figures (B4 CA, QES CA) show the base is usable."
         )
     rec.note(
         "Recipe ablation behind rho_hat = 0.1 (standalone, seed-0 base, 400 steps, T1/A1, "
