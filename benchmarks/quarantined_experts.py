@@ -120,11 +120,13 @@ _TEXT = {
     #  diverged: 0.20). Shorter prompts leave fewer distractor bytes around the trigger and
     #  cost less (sequence 28 bytes, was 36). Pretraining context 32 (was 64): the fine-tuning
     #  sequences are 28 bytes, and the pretraining windows were the largest token count of
-    #  the quick run.
-    "pretrain_steps": 1000,
+    #  the quick run. Round 2 quick run (this recipe with 16-byte prompts, 1000 pretraining
+    #  steps): B1 text ASR 0.88, wall 269 s on a quiet box; 12-byte prompts (24-byte
+    #  sequences) and 900 pretraining steps cut it further.
+    "pretrain_steps": 900,
     "batch": 64,  # pretraining windows
     "ft_batch": 96,  # fine-tuning (B1, QES): ~1440 poisoned views in 300 steps at 5%
-    "prompt_len": 16,  # prompt bytes including the trigger (if any) and the final <sep>
+    "prompt_len": 12,  # prompt bytes including the trigger (if any) and the final <sep>
     "cont_len": 12,
     "n_train": 8000,
     "n_test": 100,
@@ -139,11 +141,11 @@ CONFIGS = {
     # 600 pretraining steps; 4,000 fine-tuning samples; 400 steps for every arm; 200 + 200 test
     # inputs (spec: 2,000 + 2,000); one setting (T1/A1/rho 0.05), one seed, no ablations; only
     # the arms the quick claims read (B1, B4, QES with its shutdown control): B0, B2 and B3
-    # (no quick claim) run in --full only. Text arm: 1000 pretraining steps (context 32), 300
-    # fine-tuning steps (batch 96, 28-byte sequences), 100 triggered test prompts. Round 2 cut
+    # (no quick claim) run in --full only. Text arm: 900 pretraining steps (context 32), 300
+    # fine-tuning steps (batch 96, 24-byte sequences), 100 triggered test prompts. Round 2 cut
     # the quick wall (509 s at load ~4) where it cost least: the text arm's pretraining windows
-    # (context 64 -> 32; the fine-tuning sequences are 28 bytes) and its fine-tuning tokens
-    # (400 x 64 x 36 -> 300 x 96 x 28 at a higher lr, which also teaches B1 the attack).
+    # (context 64 -> 32; the fine-tuning sequences are 24 bytes) and its fine-tuning tokens
+    # (400 x 64 x 36 -> 300 x 96 x 24 at a higher lr, which also teaches B1 the attack).
     "quick": {
         "synthetic": _SYNTH,
         "arms": ["B1", "B4", "QES"],
@@ -152,7 +154,7 @@ CONFIGS = {
         "seeds": 1,
         "ablations": [],
         "b5": False,
-        "peft": {"dim": 128, "rank": 8, "batch": 512, "repeats": 5},
+        "peft": {"dim": 128, "rank": 8, "batch": 512, "repeats": 3},
     },
     # Spec 5: 2 tasks x 3 attacks x 3 rates x 3 seeds, ablations (a)-(e), B5, base 8 x 512.
     "full": {
