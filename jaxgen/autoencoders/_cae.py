@@ -77,6 +77,14 @@ def _activation_pair(alpha: Any) -> tuple[Callable, Callable]:
     return sigma_plus, sigma_minus
 
 
+@eqx.filter_jit
+def _init_biortho(key: PRNGKeyArray, n_in: int, n_out: int, alpha: float) -> tuple[Array, ...]:
+    """(Phi, X, b) of a fresh `BiorthoLayer`: one compiled program per shape."""
+    q, _ = jnp.linalg.qr(jr.normal(key, (n_in, n_out)))
+    a, _, _ = _coefficients(alpha)
+    return q, q.T, -(jnp.sqrt(2 * a) / a) * (q @ jnp.ones(n_out))  # d(0) = 0 at init
+
+
 class BiorthoLayer(eqx.Module):
     r"""One biorthogonal layer pair :math:`R^{n_{in}} \leftrightarrow R^{n_{out}}` (one sample).
 
@@ -102,11 +110,7 @@ class BiorthoLayer(eqx.Module):
                 f"{n_out}."
             )
         self.alpha = _check_alpha(alpha)
-        q, _ = jnp.linalg.qr(jr.normal(key, (n_in, n_out)))
-        self.Phi = q
-        self.X = q.T
-        a, _, _ = _coefficients(self.alpha)
-        self.b = -(math.sqrt(2 * a) / a) * (q @ jnp.ones(n_out))  # d(0) = 0 at init
+        self.Phi, self.X, self.b = _init_biortho(key, n_in, n_out, self.alpha)
 
     def psi_T(self) -> Float[Array, "n_out n_in"]:
         r""":math:`\Psi^\top = (X\Phi)^{-1} X` by a linear solve (never an explicit inverse)."""

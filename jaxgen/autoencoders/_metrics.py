@@ -1,11 +1,15 @@
 """Metrics of context-dependent autoencoders: reconstruction, idempotency, geometry (spec §2.5).
 
 Every function takes batches (``X (n, N)``, ``C (n, p)``) and vmaps a one-sample model inside.
+Each is one compiled program (`eqx.filter_jit`: the model's arrays are traced, Python numbers
+such as ``n_iter`` and ``delta`` are static), so evaluating a metric eagerly does not dispatch
+the model's operations one by one.
 """
 
 from collections.abc import Callable
 from typing import Any
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
@@ -18,6 +22,7 @@ def _check_batch(X: Array, C: Array) -> tuple[Array, Array]:
     return X, C
 
 
+@eqx.filter_jit
 def recon_rel_mse(project: Callable, X: Array, C: Array) -> Float[Array, ""]:
     """``mean ||P_c(x) - x||^2 / mean ||x - mean(X)||^2`` over the given points."""
     X, C = _check_batch(X, C)
@@ -26,6 +31,7 @@ def recon_rel_mse(project: Callable, X: Array, C: Array) -> Float[Array, ""]:
     return jnp.mean(jnp.sum((proj - X) ** 2, -1)) / jnp.mean(jnp.sum(centred**2, -1))
 
 
+@eqx.filter_jit
 def idempotency_error(project: Callable, X: Array, C: Array, n_iter: int = 1) -> Float[Array, ""]:
     """``mean ||P_c^(1+n_iter)(x) - P_c(x)|| / mean ||P_c(x)||`` (0 for a projection).
 
@@ -47,6 +53,7 @@ def idempotency_error(project: Callable, X: Array, C: Array, n_iter: int = 1) ->
     return jnp.mean(num) / jnp.mean(den)
 
 
+@eqx.filter_jit
 def left_inverse_error(model: Any, X: Array, C: Array) -> Float[Array, ""]:
     """``mean ||E_c(D_c(z)) - z|| / mean ||z||`` at the latents ``z = E_c(x)`` of the data."""
     X, C = _check_batch(X, C)
@@ -55,6 +62,7 @@ def left_inverse_error(model: Any, X: Array, C: Array) -> Float[Array, ""]:
     return jnp.mean(jnp.linalg.norm(back - z, axis=-1)) / jnp.mean(jnp.linalg.norm(z, axis=-1))
 
 
+@eqx.filter_jit
 def decoder_condition(model: Any, X: Array, C: Array) -> Float[Array, ""]:
     """Median over the data of ``cond(J_D^T J_D)``, the decoder's metric distortion."""
     X, C = _check_batch(X, C)
@@ -68,6 +76,7 @@ def decoder_condition(model: Any, X: Array, C: Array) -> Float[Array, ""]:
     return jnp.median(jax.vmap(cond)(z, C))
 
 
+@eqx.filter_jit
 def context_lipschitz(model: Any, Z: Array, C: Array, delta: float) -> Float[Array, ""]:
     """``mean ||D_{c+delta}(z) - D_c(z)|| / delta`` (stable in delta => smooth in c)."""
     Z, C = jnp.asarray(Z), jnp.asarray(C)
@@ -77,6 +86,7 @@ def context_lipschitz(model: Any, Z: Array, C: Array, delta: float) -> Float[Arr
     return jnp.mean(jnp.linalg.norm(diff, axis=-1)) / delta
 
 
+@eqx.filter_jit
 def procrustes_consistency(Z_a: Array, Z_b: Array) -> Float[Array, ""]:
     """Procrustes disparity between two latent clouds of the same points (0 = congruent).
 

@@ -43,6 +43,14 @@ def _zero_last(mlp: eqx.nn.MLP) -> eqx.nn.MLP:
     )
 
 
+@eqx.filter_jit
+def _hyper_mlp(
+    in_size: int, out_size: int, width: int, depth: int, key: PRNGKeyArray
+) -> eqx.nn.MLP:
+    """A tanh MLP whose last layer is zero, built as one compiled program per shape."""
+    return _zero_last(eqx.nn.MLP(in_size, out_size, width, depth, jnp.tanh, key=key))
+
+
 def _check_context(c: Any, size: int) -> Array:
     if c is None:
         raise ValueError(f"this model needs a context `c` of shape ({size},).")
@@ -90,9 +98,7 @@ class NcAE(eqx.Module):
         k_cae, k_hyper = jr.split(key)
         self.cae = ConstrainedAE(dims, key=k_cae, alpha=alpha)
         out = 2 * sum(dims[1:])
-        self.hyper = _zero_last(
-            eqx.nn.MLP(context_dim, out, hyper_width, hyper_depth, jnp.tanh, key=k_hyper)
-        )
+        self.hyper = _hyper_mlp(context_dim, out, hyper_width, hyper_depth, k_hyper)
         self.context_dim, self.s_min, self.s_max, self.mode = context_dim, s_min, s_max, mode
 
     def modulation(self, c: Float[Array, " p"]) -> list[tuple[Array, Array]]:

@@ -82,11 +82,20 @@ def npmle_em(
         Kiefer & Wolfowitz (1956); Jiang & Zhang, Ann. Statist. 37 (2009).
     """
     noise = _check_noise(noise)
+    if not tol > 0:
+        raise ValueError(f"`tol` must be > 0, got {tol}.")
+    return _npmle_em(x, scales, grid, jnp.asarray(tol), noise, max_steps, throw)
+
+
+@eqx.filter_jit
+def _npmle_em(
+    x: Array, scales: Array, grid: Array, tol: Array, noise: NoiseModel, max_steps: int, throw: bool
+) -> NPMLEResult:
+    """`npmle_em` after its type checks: one compiled program per shape and ``max_steps``."""
     x = check_observations(x)
     scales = check_scales(scales, x.shape, noise.kind).astype(x.dtype)
     grid = _check_grid(jnp.asarray(grid, x.dtype), x.shape[1])
-    if not tol > 0:
-        raise ValueError(f"`tol` must be > 0, got {tol}.")
+    tol = tol.astype(x.dtype)
     log_l = _log_lik_matrix(x, scales, grid, noise)
 
     def ratio(log_pi: Array) -> tuple[Array, Array]:
@@ -141,7 +150,14 @@ def npmle_posterior_mean(
     Returns:
         (n, dim) posterior means.
     """
-    noise = _check_noise(noise)
+    return _npmle_posterior_mean(x, scales, grid, weights, _check_noise(noise), batch_size)
+
+
+@eqx.filter_jit
+def _npmle_posterior_mean(
+    x: Array, scales: Array, grid: Array, weights: Array, noise: NoiseModel, batch_size: int | None
+) -> Array:
+    """`npmle_posterior_mean` as one compiled program per shape."""
     x = check_observations(x)
     scales = check_scales(scales, x.shape, noise.kind).astype(x.dtype)
     grid = _check_grid(jnp.asarray(grid, x.dtype), x.shape[1])
@@ -204,11 +220,18 @@ def deconv_kde(
         raise ValueError(
             f"`x` and `scales` must be (n,) (1-D data), got {x.shape}, {scales.shape}."
         )
-    x = check_observations(x[:, None])[:, 0]
-    scales = check_scales(scales[:, None], (x.shape[0], 1), noise.kind)[:, 0].astype(x.dtype)
     if z_grid.ndim != 1:
         raise ValueError(f"`z_grid` must be 1-D (G,), got shape {z_grid.shape}.")
-    h = jnp.asarray(bandwidth, x.dtype)
+    return _deconv_kde(x, scales, z_grid, jnp.asarray(bandwidth, x.dtype), noise, num_t)
+
+
+@eqx.filter_jit
+def _deconv_kde(
+    x: Array, scales: Array, z_grid: Array, h: Array, noise: NoiseModel, num_t: int
+) -> Array:
+    """`deconv_kde` after its shape checks, as one compiled program (h stays dynamic)."""
+    x = check_observations(x[:, None])[:, 0]
+    scales = check_scales(scales[:, None], (x.shape[0], 1), noise.kind)[:, 0].astype(x.dtype)
     h = eqx.error_if(h, ~(h > 0) | ~jnp.isfinite(h), "`bandwidth` must be finite and > 0.")
     t = jnp.linspace(-1.0, 1.0, num_t, dtype=x.dtype) / h
     phi_k = (1.0 - (t * h) ** 2) ** 3

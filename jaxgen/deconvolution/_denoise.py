@@ -23,6 +23,7 @@ from ._noise import (
 from ._priors import GaussianMixture
 
 
+@eqx.filter_jit
 def posterior_mean_gmm(
     gmm: GaussianMixture, x: Float[Array, "n dim"], scales: Float[Array, "n ..."]
 ) -> Float[Array, "n dim"]:
@@ -87,6 +88,7 @@ def _diag_normal_logpdf(z: Array, mean: Array, var: Array) -> Array:
     return -0.5 * jnp.sum((z - mean[None]) ** 2 / var[None] + jnp.log(2 * math.pi * var)[None], -1)
 
 
+@eqx.filter_jit
 def posterior_mean_snis(
     prior: eqx.Module,
     x: Float[Array, "n dim"],

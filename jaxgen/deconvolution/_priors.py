@@ -20,6 +20,35 @@ def _inv_softplus(y: Array) -> Array:
     return y + jnp.log(-jnp.expm1(-y))
 
 
+@eqx.filter_jit
+def _unconstrained(
+    weights: Array, means: Array, covs: Array, min_scale: float
+) -> tuple[Array, Array, Array]:
+    """(logits, means, chol_raw) of `GaussianMixture` from checked constrained parameters.
+
+    One compiled program per shape (a dozen small ops dispatched one by one otherwise).
+    """
+    d = means.shape[1]
+    weights = eqx.error_if(
+        weights,
+        jnp.any(weights < 0)
+        | (jnp.abs(jnp.sum(weights) - 1.0) > max(1e-6, 100 * float(jnp.finfo(weights.dtype).eps))),
+        "`weights` must be non-negative and sum to 1.",
+    )
+    sym = 0.5 * (covs + jnp.swapaxes(covs, -1, -2))
+    chol = jnp.linalg.cholesky(sym)
+    chol = eqx.error_if(
+        chol,
+        ~jnp.all(jnp.isfinite(chol)) | ~jnp.allclose(sym, covs, rtol=1e-6, atol=1e-12),
+        "`covs` must be symmetric positive definite.",
+    )
+    diag = jnp.diagonal(chol, axis1=-2, axis2=-1)
+    raw_diag = _inv_softplus(jnp.clip(diag - min_scale, 1e-6))
+    eye = jnp.eye(d, dtype=bool)
+    chol_raw = jnp.where(eye[None], raw_diag[:, None, :] * eye[None], jnp.tril(chol, -1))
+    return jnp.log(jnp.clip(weights, 1e-30)), means, chol_raw
+
+
 class GaussianMixture(eqx.Module):
     r"""Gaussian mixture $q(z) = \sum_k w_k N(z; \mu_k, S_k)$ in unconstrained parameters.
 
@@ -66,28 +95,9 @@ class GaussianMixture(eqx.Module):
             raise ValueError(f"`covs` must have shape {(k, d, d)}, got {covs.shape}.")
         if not min_scale > 0:
             raise ValueError(f"`min_scale` must be > 0, got {min_scale}.")
-        weights = eqx.error_if(
-            weights,
-            jnp.any(weights < 0)
-            | (
-                jnp.abs(jnp.sum(weights) - 1.0)
-                > max(1e-6, 100 * float(jnp.finfo(weights.dtype).eps))
-            ),
-            "`weights` must be non-negative and sum to 1.",
+        self.logits, self.means, self.chol_raw = _unconstrained(
+            weights, means, covs, float(min_scale)
         )
-        sym = 0.5 * (covs + jnp.swapaxes(covs, -1, -2))
-        chol = jnp.linalg.cholesky(sym)
-        chol = eqx.error_if(
-            chol,
-            ~jnp.all(jnp.isfinite(chol)) | ~jnp.allclose(sym, covs, rtol=1e-6, atol=1e-12),
-            "`covs` must be symmetric positive definite.",
-        )
-        diag = jnp.diagonal(chol, axis1=-2, axis2=-1)
-        raw_diag = _inv_softplus(jnp.clip(diag - min_scale, 1e-6))
-        eye = jnp.eye(d, dtype=bool)
-        self.logits = jnp.log(jnp.clip(weights, 1e-30))
-        self.means = means
-        self.chol_raw = jnp.where(eye[None], raw_diag[:, None, :] * eye[None], jnp.tril(chol, -1))
         self.min_scale = float(min_scale)
 
     @property
@@ -132,6 +142,7 @@ class GaussianMixture(eqx.Module):
         draws = self.component_draws(u)
         return jnp.take_along_axis(draws, labels[:, None, None], axis=1)[:, 0, :]
 
+    @eqx.filter_jit
     def log_prob(self, z: Float[Array, "m dim"]) -> Float[Array, " m"]:
         """Log q(z) for each row of z (one triangular inverse per component)."""
         if z.ndim != 2 or z.shape[1] != self.dim:
@@ -144,6 +155,7 @@ class GaussianMixture(eqx.Module):
         log_n = -0.5 * jnp.sum(sol**2, -1) - log_det[None] - 0.5 * self.dim * math.log(2 * math.pi)
         return jax.nn.logsumexp(log_n + jax.nn.log_softmax(self.logits)[None], axis=-1)
 
+    @eqx.filter_jit
     def convolved_log_prob(
         self, x: Float[Array, "m dim"], noise_covs: Float[Array, "m dim dim"]
     ) -> Float[Array, " m"]:
@@ -212,7 +224,21 @@ def init_gaussian_mixture(
     if covariance not in ("shrunk", "deconvolved"):
         raise ValueError(f"`covariance` must be 'shrunk' or 'deconvolved', got {covariance!r}.")
     scales = check_scales(scales, x.shape, "gaussian")
-    k = num_components
+    return _init_gaussian_mixture(key, x, scales, num_components, num_iters, min_scale, covariance)
+
+
+@eqx.filter_jit
+def _init_gaussian_mixture(
+    key: PRNGKeyArray,
+    x: Array,
+    scales: Array,
+    k: int,
+    num_iters: int,
+    min_scale: float,
+    covariance: str,
+) -> GaussianMixture:
+    """`init_gaussian_mixture` after its checks, one compiled program per shape and option."""
+    n, d = x.shape
     keys = jr.split(key, k)
     centres = jnp.zeros((k, d), x.dtype).at[0].set(x[jr.randint(keys[0], (), 0, n)])
 
@@ -329,6 +355,7 @@ class FlowPrior(eqx.Module):
         u = jr.normal(key, (num, self.dim), dtype=self.loc.dtype)
         return jax.vmap(self._forward)(u)
 
+    @eqx.filter_jit
     def log_prob(self, z: Float[Array, "m dim"]) -> Float[Array, " m"]:
         """Log q(z) for each row (inverse splines, ``dim`` sequential passes per layer)."""
         if z.ndim != 2 or z.shape[1] != self.dim:
