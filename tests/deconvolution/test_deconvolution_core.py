@@ -46,22 +46,36 @@ def _gmm2():
 def test_core_ustat_matches_metrics_and_numpy(getkey):
     x, y = jr.normal(getkey(), (7, 2)), jr.normal(getkey(), (9, 2)) + 0.3
     h = jnp.array([0.5, 2.0])
+
+    @jax.jit  # one program, not op-by-op dispatch
+    def stats(x, y, h):
+        return (
+            mmd_unbiased(x, y, (0.5, 2.0)),
+            mmd2_unbiased(x, y, h),
+            kernel_gram(x, y, h, kernel="laplace"),
+        )
+
+    summed, mean, gram = stats(x, y, h)
     # mmd_unbiased (sum of kernels) is H times the mean-over-bandwidths statistic.
-    chex.assert_trees_all_close(mmd_unbiased(x, y, (0.5, 2.0)), 2 * mmd2_unbiased(x, y, h))
+    chex.assert_trees_all_close(summed, 2 * mean)
     xn, yn = np.asarray(x), np.asarray(y)
     l1 = np.abs(xn[:, None] - yn[None]).sum(-1)
     ref = sum(np.exp(-l1 / hh) for hh in (0.5, 2.0))
-    chex.assert_trees_all_close(kernel_gram(x, y, h, kernel="laplace"), ref, rtol=1e-12)
+    chex.assert_trees_all_close(gram, ref, rtol=1e-12)
 
 
-@pytest.mark.parametrize("d", [1, 2])
-def test_check1_noise_smoothed_kernel(d):
-    key = jr.key(d)
+@ft.partial(jax.jit, static_argnums=1)
+def _check1_mc_and_closed(key, d):
     z, z2 = jnp.full((1, d), 0.3), jnp.full((1, d), -0.4)
     h, s = 0.8, 0.5
     e1, e2 = jr.normal(key, (2, 1_000_000, d)) * s
     mc = jnp.mean(jnp.exp(-jnp.sum((z + e1 - z2 - e2) ** 2, -1) / (2 * h**2)))
-    closed = gaussian_conv_kernel(z, z2, h, s)[0, 0]
+    return mc, gaussian_conv_kernel(z, z2, h, s)[0, 0]
+
+
+@pytest.mark.parametrize("d", [1, 2])
+def test_check1_noise_smoothed_kernel(d):
+    mc, closed = _check1_mc_and_closed(jr.key(d), d)
     assert abs(float(mc / closed) - 1) <= 5e-3
 
 
@@ -115,13 +129,20 @@ def test_noise_log_density_charfn_and_samples(getkey):
     # sample: per-row scales (empirical sd of many rows with one scale), charfn vs MC.
     big = jnp.broadcast_to(jnp.array([[0.4, 1.3]]), (200_000, 2))
     t = jnp.array([[0.7, -1.1]])
+
+    @eqx.filter_jit
+    def sample_moments(noise, key):
+        e = noise.sample(key, big)
+        return jnp.std(e, 0), jnp.mean(jnp.cos(e @ t[0])), noise.charfn(t, big[:1])[0, 0]
+
     for noise in (GAUSS, LAPLACE):
-        e = noise.sample(getkey(), big)
-        chex.assert_trees_all_close(jnp.std(e, 0), jnp.array([0.4, 1.3]), rtol=1e-2)
-        mc = jnp.mean(jnp.cos(e @ t[0]))
-        assert abs(float(mc - noise.charfn(t, big[:1])[0, 0])) < 5e-3
-    e = GAUSS.sample(getkey(), jnp.broadcast_to(chol[0], (200_000, 2, 2)))
-    chex.assert_trees_all_close(jnp.cov(e.T), cov[0], atol=2e-2)
+        sd, mc, cf = sample_moments(noise, getkey())
+        chex.assert_trees_all_close(sd, jnp.array([0.4, 1.3]), rtol=1e-2)
+        assert abs(float(mc - cf)) < 5e-3
+    full_cov = jax.jit(
+        lambda k: jnp.cov(GAUSS.sample(k, jnp.broadcast_to(chol[0], (200_000, 2, 2))).T)
+    )
+    chex.assert_trees_all_close(full_cov(getkey()), cov[0], atol=2e-2)
 
 
 def test_bad_inputs_raise():
@@ -206,7 +227,7 @@ def test_gmm_log_prob_sample_and_roundtrip(getkey):
     z = jnp.linspace(-3, 4, 5)[:, None]
     ref = np.log(0.3 * st.norm.pdf(z, -1, 0.5) + 0.7 * st.norm.pdf(z, 1.5, 0.8))[:, 0]
     chex.assert_trees_all_close(gmm.log_prob(z), ref, rtol=1e-10)
-    draws = gmm.sample(getkey(), 50_000)
+    draws = eqx.filter_jit(lambda g, k: g.sample(k, 50_000))(gmm, getkey())
     assert abs(float(jnp.mean(draws)) - (0.3 * -1 + 0.7 * 1.5)) < 0.02
     assert gmm.component_draws(jnp.zeros((3, 1))).shape == (3, 2, 1)
 
@@ -220,6 +241,7 @@ def test_init_gaussian_mixture_deconvolves(getkey):
     chex.assert_trees_all_close(g.covs[:, 0, 0], jnp.full(2, 0.21), atol=0.15)
 
 
+@eqx.filter_jit  # one compiled program per model structure
 def _perturb(model, key, scale=0.5):
     params, static = eqx.partition(model, eqx.is_inexact_array)
     flat, unravel = ravel_pytree(params)
@@ -242,9 +264,14 @@ def test_spline_bijection_inverse_logdet_and_flow_density(getkey):
     chex.assert_trees_all_close(inv_logdet, -logdet, rtol=1e-9)
     p = jr.normal(getkey(), (23,))
     ts = jnp.array([-7.0, -2.0, 0.1, 4.9])
-    spline = jax.vmap(lambda t: rq_spline(p, t, num_bins=8, tail_bound=5.0))
-    grad = jax.jit(jax.vmap(jax.grad(lambda t: rq_spline(p, t, num_bins=8, tail_bound=5.0)[0])))
-    chex.assert_trees_all_close(jax.jit(spline)(ts)[1], jnp.log(grad(ts)), rtol=1e-9)
+
+    @jax.jit
+    def logdet_and_log_slope(p, ts):
+        spline = ft.partial(rq_spline, p, num_bins=8, tail_bound=5.0)
+        slope = jax.vmap(jax.grad(lambda t: spline(t)[0]))(ts)
+        return jax.vmap(spline)(ts)[1], jnp.log(slope)
+
+    chex.assert_trees_all_close(*logdet_and_log_slope(p, ts), rtol=1e-9)
     flow = _perturb(
         FlowPrior(1, key=getkey(), loc=jnp.array([0.5]), scale=jnp.array([2.0])), getkey(), 0.3
     )
@@ -272,7 +299,7 @@ def test_check3_gmm_losses_agree(loss_setup):
     marg = jax.jit(
         jax.vmap(lambda k: convmmd_loss_gmm_marginal(gmm, x, s, key=k, noise=GAUSS, bandwidths=h))
     )
-    closed = float(convmmd_loss_gmm_closed(gmm, x, s, bandwidths=h))
+    closed = float(eqx.filter_jit(convmmd_loss_gmm_closed)(gmm, x, s, bandwidths=h))
     for vals in (np.asarray(samp(keys)), np.asarray(marg(keys))):
         se = vals.std(ddof=1) / math.sqrt(len(vals))
         assert abs(vals.mean() - closed) <= 3 * se, (vals.mean(), closed, se)
@@ -305,7 +332,7 @@ def test_losses_eager_jit_vmap_grad(loss_setup):
 
 def test_quantile_bandwidths(getkey):
     x, y = jr.normal(getkey(), (50, 2)), jr.normal(getkey(), (50, 2))
-    h = quantile_bandwidths(x, y)
+    h = jax.jit(quantile_bandwidths)(x, y)
     pool = np.concatenate([x, y])
     dist = np.sqrt(((pool[:, None] - pool[None]) ** 2).sum(-1))[np.triu_indices(100, 1)]
     ref = np.quantile(dist, np.arange(1, 10) / 10) / (math.log10(100) * math.sqrt(2))
@@ -315,11 +342,15 @@ def test_quantile_bandwidths(getkey):
 def test_fit_convmmd_recovers(getkey):
     """Fast twin of check 6: a 2-component latent through Gaussian noise, closed-form loss."""
     n = 600
-    k1, k2, k3 = jr.split(getkey(), 3)
-    comp = jr.bernoulli(k1, 0.5, (n, 1))
-    z = jnp.where(comp, -2 + 0.5 * jr.normal(k2, (n, 1)), 2 + jr.normal(k3, (n, 1)))
-    s = jnp.ones((n, 1))
-    x = z + GAUSS.sample(getkey(), s)
+
+    @jax.jit
+    def data(key):
+        k1, k2, k3, k4 = jr.split(key, 4)
+        comp = jr.bernoulli(k1, 0.5, (n, 1))
+        z = jnp.where(comp, -2 + 0.5 * jr.normal(k2, (n, 1)), 2 + jr.normal(k3, (n, 1)))
+        return z + GAUSS.sample(k4, jnp.ones((n, 1)))
+
+    x, s = data(getkey()), jnp.ones((n, 1))
     init = init_gaussian_mixture(getkey(), x, 2, s)
     h = jnp.array([0.5, 1.0, 2.0])
     res = fit_convmmd(

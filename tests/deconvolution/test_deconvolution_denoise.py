@@ -5,7 +5,6 @@ import functools as ft
 import math
 
 import chex
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
@@ -58,8 +57,7 @@ def test_check4_tweedie_equals_closed_form(getkey, d, full):
         lambda xi, c: gmm.convolved_log_prob(xi[None], c[None])[0], x, cov
     )
     chex.assert_trees_all_close(closed, tw, atol=1e-10)
-    # eager == jit, vmap over observation sets == loop
-    chex.assert_trees_all_close(eqx.filter_jit(posterior_mean_gmm)(gmm, x, scales), closed)
+    # vmap over observation sets == loop (posterior_mean_gmm is itself jitted: no eager path)
     xs = jnp.stack([x, x + 1.0])
     batched = jax.jit(jax.vmap(lambda xx: posterior_mean_gmm(gmm, xx, scales)))(xs)
     chex.assert_trees_all_close(batched[1], posterior_mean_gmm(gmm, xs[1], scales), rtol=1e-10)
