@@ -8,6 +8,7 @@ N = 8) crosses the imaginary axis at F = 1 (Hopf): spiral decay below, a limit c
 """
 
 import diffrax as dfx
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
@@ -68,8 +69,18 @@ def _simulate(field, x0: Array, ts: Array, args) -> Array:
     # spec §3.3 tolerances in float64; float32 cannot resolve them, so it gets looser ones
     tight = x0.dtype == jnp.float64
     rtol, atol = (1e-8, 1e-10) if tight else (1e-6, 1e-7)
-    t1 = float(ts[-1])
+    # Python numbers in `args` become arrays of the state's dtype: traced, so every context
+    # (forcing F, coupling kappa) with the same end time reuses one compiled solver.
+    args = jax.tree_util.tree_map(
+        lambda a: jnp.asarray(a, x0.dtype) if isinstance(a, int | float) else a, args
+    )
+    return _simulate_compiled(field, x0, ts, args, float(ts[-1]), rtol, atol)
 
+
+@eqx.filter_jit
+def _simulate_compiled(
+    field, x0: Array, ts: Array, args, t1: float, rtol: float, atol: float
+) -> Array:
     def one(x):
         return solve_ode(
             field,
@@ -85,7 +96,7 @@ def _simulate(field, x0: Array, ts: Array, args) -> Array:
             solver=dfx.Tsit5(),
         ).ys
 
-    return jax.jit(jax.vmap(one))(x0)
+    return jax.vmap(one)(x0)
 
 
 def pendulum_lowest_mode(kappa: float, lengths: np.ndarray) -> tuple[np.ndarray, float]:
