@@ -61,6 +61,18 @@ def _closed_loss(prior, batch, key, *, noise, bandwidths, kernel):
     return convmmd_loss_gmm_closed(prior, x, scales, bandwidths=bandwidths)
 
 
+@eqx.filter_jit
+def _initial_bandwidths(
+    prior: eqx.Module, x: Array, scales: Array, key: PRNGKeyArray, noise: NoiseModel
+) -> Array:
+    """`quantile_bandwidths` of up to 2000 observations and as many noisy draws of ``prior``."""
+    pool = min(2000, x.shape[0])
+    zkey, ekey, pkey = jr.split(key, 3)
+    idx = jr.permutation(pkey, x.shape[0])[:pool]
+    sim = prior.sample(zkey, pool) + noise.sample(ekey, scales[idx])
+    return quantile_bandwidths(x[idx], sim.astype(x.dtype))
+
+
 _LOSS_FNS = {"sample": _sample_loss, "marginal": _marginal_loss, "closed": _closed_loss}
 
 
@@ -135,11 +147,7 @@ def fit_convmmd(
     scales = check_scales(scales, x.shape, noise.kind).astype(x.dtype)
     bkey, run_key = jr.split(key)
     if bandwidths is None:
-        pool = min(2000, x.shape[0])
-        zkey, ekey, pkey = jr.split(bkey, 3)
-        idx = jr.permutation(pkey, x.shape[0])[:pool]
-        sim = prior.sample(zkey, pool) + noise.sample(ekey, scales[idx])
-        bandwidths = quantile_bandwidths(x[idx], sim.astype(x.dtype))
+        bandwidths = _initial_bandwidths(prior, x, scales, bkey, noise)
     h = check_bandwidths(bandwidths, x.dtype)
     warmup = min(200, num_steps // 10) if warmup_steps is None else warmup_steps
     optimizer = optax.apply_if_finite(
