@@ -224,7 +224,8 @@ def init_gaussian_mixture(
     if covariance not in ("shrunk", "deconvolved"):
         raise ValueError(f"`covariance` must be 'shrunk' or 'deconvolved', got {covariance!r}.")
     scales = check_scales(scales, x.shape, "gaussian")
-    return _init_gaussian_mixture(key, x, scales, num_components, num_iters, min_scale, covariance)
+    shrunk = jnp.asarray(covariance == "shrunk")  # traced: both options share one program
+    return _init_gaussian_mixture(key, x, scales, num_components, num_iters, min_scale, shrunk)
 
 
 @eqx.filter_jit
@@ -235,9 +236,9 @@ def _init_gaussian_mixture(
     k: int,
     num_iters: int,
     min_scale: float,
-    covariance: str,
+    shrunk: Array,
 ) -> GaussianMixture:
-    """`init_gaussian_mixture` after its checks, one compiled program per shape and option."""
+    """`init_gaussian_mixture` after its checks, one compiled program per shape."""
     n, d = x.shape
     keys = jr.split(key, k)
     centres = jnp.zeros((k, d), x.dtype).at[0].set(x[jr.randint(keys[0], (), 0, n)])
@@ -265,12 +266,9 @@ def _init_gaussian_mixture(
     cluster_cov = jnp.einsum("nk,nki,nkj->kij", resp, diff, diff)
     cluster_cov = cluster_cov / jnp.clip(counts, 1.0)[:, None, None]
     mean_noise = jnp.mean(noise_covariances(scales), 0)
-    if covariance == "shrunk":
-        total = jnp.trace(jnp.atleast_2d(jnp.cov(x, rowvar=False)))
-        ratio = jnp.clip((total - jnp.trace(mean_noise)) / total, 0.05, 1.0)
-        target = ratio * cluster_cov
-    else:
-        target = cluster_cov - mean_noise[None]
+    total = jnp.trace(jnp.atleast_2d(jnp.cov(x, rowvar=False)))
+    ratio = jnp.clip((total - jnp.trace(mean_noise)) / total, 0.05, 1.0)
+    target = jnp.where(shrunk, ratio * cluster_cov, cluster_cov - mean_noise[None])
     floor = (0.05 * jnp.std(x, 0).mean()) ** 2 + min_scale**2
     evals, evecs = jnp.linalg.eigh(target)
     covs = (evecs * jnp.maximum(evals, floor)[:, None, :]) @ jnp.swapaxes(evecs, -1, -2)
