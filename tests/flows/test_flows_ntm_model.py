@@ -326,10 +326,16 @@ def _finetune_init(getkey):
     pred = PosteriorResidualPredictor(field, key=getkey(), width=8)
     ts = ntm_schedule(4, 2, 0.02)
     u = jr.normal(getkey(), (2, 1))
-    mu, log_sigma = pred(u, ts[2], ts[1], None, 4)
-    a, b, c = reverse_posterior_coeffs(ts[2], ts[1])
-    x0_hat = u + ts[2] * field(1 - ts[2], u.reshape(-1)).reshape(2, 1)
-    np.testing.assert_array_equal(mu, a * u + b * x0_hat)
+
+    @eqx.filter_jit  # one compiled program (eagerly, every small op compiles on its own)
+    def init_and_posterior(pred, field):
+        mu, log_sigma = pred(u, ts[2], ts[1], None, 4)
+        a, b, c = reverse_posterior_coeffs(ts[2], ts[1])
+        x0_hat = u + ts[2] * field(1 - ts[2], u.reshape(-1)).reshape(2, 1)
+        return mu, log_sigma, a * u + b * x0_hat, c
+
+    mu, log_sigma, post_mean, c = init_and_posterior(pred, field)
+    np.testing.assert_array_equal(mu, post_mean)
     np.testing.assert_allclose(jnp.exp(log_sigma), c * jnp.ones((2, 1)), rtol=1e-15)
     return field, NTM(IdentityTransporter(), pred), ts, u
 
@@ -524,9 +530,11 @@ def test_denoiser_init_and_loss(getkey):
     """Fast twin of the slow targets test: zero-initialised residual and the loss formula."""
     u0, target = jr.normal(getkey(), (2, 2, L, C))
     den = Denoiser(L, C, width=8, depth=1, num_classes=3, key=getkey())
-    np.testing.assert_array_equal(den(u0[0], 0.02, jnp.array(0)), u0[0])
+    call = eqx.filter_jit(lambda d, u: d(u, 0.02, jnp.array(0)))  # eager: op by op compiles
+    np.testing.assert_array_equal(call(den, u0[0]), u0[0])
     batch = (u0, jnp.full(2, 0.02), target, jnp.array([1, 2]))
-    np.testing.assert_allclose(denoiser_loss(den, batch, getkey()), jnp.mean((u0 - target) ** 2))
+    loss = eqx.filter_jit(denoiser_loss)(den, batch, getkey())
+    np.testing.assert_allclose(loss, jnp.mean((u0 - target) ** 2))
 
 
 @pytest.mark.slow
