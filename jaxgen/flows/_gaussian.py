@@ -9,6 +9,7 @@ acceleration vanishes, so one Euler step of size 1 is the transport map T(x) = m
 A = P S0^{-1}.
 """
 
+import functools as ft
 from typing import TYPE_CHECKING
 
 import equinox as eqx
@@ -71,6 +72,18 @@ def matrix_geometric_mean(
     return 0.5 * (mean + mean.T)
 
 
+@ft.partial(jax.jit, static_argnums=2)
+def _endpoint_matrices(cov0: Array, cov1: Array, dim: int) -> tuple[Array, Array, Array, Array]:
+    """Checked ``(cov0, cov1)``, ``P = cov0 # cov1`` and ``A = P cov0^{-1}`` in one compiled call
+    (eagerly, the few dozen small ops of the checks and the pencil would compile one by one).
+    """
+    cov0 = check_covariance("cov0", cov0, dim)
+    cov1 = check_covariance("cov1", cov1, dim)
+    noise_cov = matrix_geometric_mean(cov0, cov1)
+    # A = P S0^{-1}; since P and S0 are symmetric, A^T = S0^{-1} P.
+    return cov0, cov1, noise_cov, jnp.linalg.solve(cov0, noise_cov).T
+
+
 class GaussianStraightProcess(eqx.Module):
     r"""The explicit straight-line process between independent Gaussian endpoints.
 
@@ -109,13 +122,10 @@ class GaussianStraightProcess(eqx.Module):
             raise ValueError(f"`m0` must be a vector (dim,), got shape {m0.shape}.")
         if m1.shape != m0.shape:
             raise ValueError(f"`m1` must have the shape of `m0` {m0.shape}, got {m1.shape}.")
-        dim = m0.shape[0]
         self.m0, self.m1 = m0, m1
-        self.cov0 = check_covariance("cov0", cov0, dim)
-        self.cov1 = check_covariance("cov1", cov1, dim)
-        self.noise_cov = matrix_geometric_mean(self.cov0, self.cov1)
-        # A = P S0^{-1}; since P and S0 are symmetric, A^T = S0^{-1} P.
-        self.transport_matrix = jnp.linalg.solve(self.cov0, self.noise_cov).T
+        self.cov0, self.cov1, self.noise_cov, self.transport_matrix = _endpoint_matrices(
+            jnp.asarray(cov0), jnp.asarray(cov1), m0.shape[0]
+        )
 
     @property
     def dim(self) -> int:

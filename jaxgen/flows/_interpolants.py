@@ -13,6 +13,7 @@ Gaussian, so the Markovian projection v_t(x) = E[Xdot_t | X_t = x] is available 
 """
 
 import abc
+import functools as ft
 
 import equinox as eqx
 import jax
@@ -112,6 +113,24 @@ class NoiseAugmentedInterpolant(AbstractInterpolant):
         return self.noise_cov.astype(dtype)
 
 
+@ft.partial(jax.jit, static_argnums=3)
+def _checked_mixture(
+    cov0: Array, weights: Array, noise_cov: Array | None, dim: int
+) -> tuple[Array, Array, Array | None]:
+    """Checked ``cov0``, ``log(weights)`` and ``noise_cov`` in one compiled call (eagerly, the
+    checks' small ops would compile one by one).
+    """
+    weights = eqx.error_if(
+        weights,
+        jnp.any(weights < 0) | (jnp.abs(jnp.sum(weights) - 1) > 1e-6),
+        "`weights` must be non-negative and sum to 1.",
+    )
+    cov0 = check_covariance("cov0", cov0, dim)
+    if noise_cov is not None:
+        noise_cov = check_covariance("noise_cov", noise_cov, dim)
+    return cov0, jnp.log(weights), noise_cov
+
+
 class MixtureInterpolantVelocity(AbstractVelocityField):
     r"""Exact velocity of the noise-augmented interpolant from N(m0, S0) to a Gaussian mixture.
 
@@ -160,20 +179,13 @@ class MixtureInterpolantVelocity(AbstractVelocityField):
             raise ValueError(
                 f"`covs` must have shape ({weights.shape[0]}, {dim}, {dim}), got {covs.shape}."
             )
-        weights = eqx.error_if(
-            weights,
-            jnp.any(weights < 0) | (jnp.abs(jnp.sum(weights) - 1) > 1e-6),
-            "`weights` must be non-negative and sum to 1.",
-        )
         self.dim = dim
         self.m0, self.means, self.covs = m0, means, covs
-        self.cov0 = check_covariance("cov0", cov0, dim)
-        self.log_weights = jnp.log(weights)
-        self.noise_cov = (
-            jnp.zeros((dim, dim), m0.dtype)
-            if noise_cov is None
-            else check_covariance("noise_cov", noise_cov, dim)
+        noise_cov = None if noise_cov is None else jnp.asarray(noise_cov)
+        self.cov0, self.log_weights, noise_cov = _checked_mixture(
+            jnp.asarray(cov0), weights, noise_cov, dim
         )
+        self.noise_cov = jnp.zeros((dim, dim), m0.dtype) if noise_cov is None else noise_cov
 
     def __call__(self, t, x, args=None):
         if x.shape != (self.dim,):

@@ -103,6 +103,7 @@ def _kernel(s: Array, t: Array) -> tuple[Array, Array]:
     return alpha, sigma
 
 
+@eqx.filter_jit  # eagerly, its checks, scan and draws would compile op by op
 def forward_trajectory(
     key: PRNGKeyArray, x0: Float[Array, "..."], ts: Float[ArrayLike, " T1"]
 ) -> Float[Array, "T1 ..."]:

@@ -22,6 +22,8 @@ from jaxgen.flows import (
 from jaxgen.metrics import gaussian_w2
 from tests.reference.gaussian_numpy import geometric_mean, random_spd
 
+w2_jit = jax.jit(gaussian_w2)  # eager, its few dozen small ops would compile one by one
+
 
 def make_process(dim, seed=1):
     rng = np.random.default_rng(seed)
@@ -35,7 +37,7 @@ def make_process(dim, seed=1):
 def test_geometric_mean_against_pencil_oracle(dim):
     rng = np.random.default_rng(dim)
     s0, s1 = random_spd(rng, dim), random_spd(rng, dim)
-    p = np.asarray(matrix_geometric_mean(jnp.asarray(s0), jnp.asarray(s1)))
+    p = np.asarray(jax.jit(matrix_geometric_mean)(s0, s1))  # eager: test_..._special_cases
     np.testing.assert_allclose(p, geometric_mean(s0, s1), atol=1e-10)
     np.testing.assert_allclose(p @ np.linalg.solve(s0, p), s1, atol=1e-10)
     np.testing.assert_allclose(p, p.T, atol=1e-12)
@@ -49,7 +51,9 @@ def test_geometric_mean_special_cases():
     np.testing.assert_allclose(p, [[6.0]], atol=1e-12)
 
 
-@pytest.mark.parametrize("dim", [2, 3, 4])
+@pytest.mark.parametrize(
+    "dim", [pytest.param(2, marks=pytest.mark.slow), 3, pytest.param(4, marks=pytest.mark.slow)]
+)
 def test_zero_material_acceleration_and_nonzero_for_linear(dim, getkey):
     process, (m0, s0, m1, s1) = make_process(dim)
     linear = LinearInterpolant().gaussian_velocity(m0, s0, m1, s1)
@@ -61,7 +65,10 @@ def test_zero_material_acceleration_and_nonzero_for_linear(dim, getkey):
     assert float(jnp.max(jnp.abs(acc_lin))) > 0.1
 
 
-@pytest.mark.parametrize("num_steps", [1, 2, 7])
+@pytest.mark.parametrize(  # one step: also test_transport_map_pushes_gaussian_exactly
+    "num_steps",
+    [pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow), 7],
+)
 def test_euler_steps_equal_transport_map(num_steps, getkey):
     process, _ = make_process(3)
     xs = jr.normal(getkey(), (16, 3))
@@ -85,7 +92,7 @@ def test_transport_map_pushes_gaussian_exactly():
     # One Euler step is affine: its pushforward of N(m0, S0) is N(T(m0), J S0 J^T) exactly.
     step = jax.jit(lambda x: euler_pushforward(process.velocity, x, 1))
     jac = jax.jit(jax.jacrev(step))(jnp.asarray(m0))
-    w2 = gaussian_w2(step(jnp.asarray(m0)), jac @ s0 @ jac.T, jnp.asarray(m1), jnp.asarray(s1))
+    w2 = w2_jit(step(jnp.asarray(m0)), jac @ s0 @ jac.T, jnp.asarray(m1), jnp.asarray(s1))
     assert float(w2) < 1e-6
 
 
@@ -95,7 +102,7 @@ def test_linear_interpolant_one_step_collapses_to_the_mean():
     step = jax.jit(lambda x: euler_pushforward(linear, x, 1))
     jac = jax.jit(jax.jacrev(step))(jnp.asarray(m0))
     np.testing.assert_allclose(jac, 0.0, atol=1e-12)
-    w2 = gaussian_w2(step(jnp.asarray(m0)), jac @ s0 @ jac.T, jnp.asarray(m1), jnp.asarray(s1))
+    w2 = w2_jit(step(jnp.asarray(m0)), jac @ s0 @ jac.T, jnp.asarray(m1), jnp.asarray(s1))
     np.testing.assert_allclose(w2, np.sqrt(np.trace(s1)), rtol=1e-10)
 
 

@@ -29,9 +29,8 @@ def test_one_component_mixture_equals_gaussian_field(getkey):
     process = GaussianStraightProcess(m0, s0, m1, s1)
     mixture = process.interpolant().gaussian_velocity(m0, s0, m1, s1)
     xs, ts = jr.normal(getkey(), (16, 2)), jr.uniform(getkey(), (16,), maxval=0.99)
-    np.testing.assert_allclose(
-        jax.vmap(mixture)(ts, xs), jax.vmap(process.velocity)(ts, xs), atol=1e-12
-    )
+    both = eqx.filter_jit(lambda a, b: (jax.vmap(a)(ts, xs), jax.vmap(b)(ts, xs)))
+    np.testing.assert_allclose(*both(mixture, process.velocity), atol=1e-12)
 
 
 def test_mixture_velocity_is_weighted_by_responsibilities():
@@ -47,7 +46,8 @@ def test_mixture_velocity_is_weighted_by_responsibilities():
         jnp.zeros(1), jnp.ones((1, 1)), jnp.array([5.0]), jnp.array([[0.09]])
     )
     x, t = jnp.array([4.0]), 0.8
-    np.testing.assert_allclose(field(t, x), single(t, x), rtol=1e-8)
+    call = eqx.filter_jit(lambda f: f(t, x))
+    np.testing.assert_allclose(call(field), call(single), rtol=1e-8)
 
 
 def test_mixture_quantiles_against_scipy():
@@ -68,12 +68,14 @@ def test_mixture_quantiles_against_scipy():
         (1.0, "straight", 1, 0.761),
         (3.0, "linear", 1, 3.000),
         (3.0, "straight", 1, 2.761),
-        (1.0, "linear", 4, 0.168),
+        pytest.param(1.0, "linear", 4, 0.168, marks=pytest.mark.slow),  # twin: (3, straight, 4)
         (3.0, "straight", 4, 0.321),
     ],
 )
 def test_obstruction_table(mu, process, steps, expected):
-    w1 = one_step_obstruction_w1(mu, process=process, num_steps=steps)
+    # 2000 midpoint quantiles (the default is 20000): every entry moves by < 1e-4 (measured),
+    # far inside the table's 0.01; shares its compiled program with the next test.
+    w1 = one_step_obstruction_w1(mu, process=process, num_steps=steps, num_quantiles=2000)
     assert abs(float(w1) - expected) < 0.01
 
 
@@ -101,7 +103,7 @@ def _pairs_sampler(process, batch_size):
         x1 = process.m1[None, :] + jr.normal(k1, (batch_size, process.dim)) @ chol1.T
         return x0, x1
 
-    return sample
+    return jax.jit(sample)
 
 
 def test_flow_matching_loss_is_minimised_by_the_exact_field(getkey):
@@ -117,7 +119,7 @@ def test_flow_matching_loss_is_minimised_by_the_exact_field(getkey):
 
     batch = _pairs_sampler(process, 4096)(getkey())
     key = getkey()
-    loss = ft.partial(flow_matching_loss, interpolant=process.interpolant())
+    loss = eqx.filter_jit(ft.partial(flow_matching_loss, interpolant=process.interpolant()))
     exact = loss(Exact(), batch, key)
     mlp = MLPVelocityField(2, 16, 2, key=getkey())
     assert float(exact) < float(loss(mlp, batch, key))
@@ -176,7 +178,7 @@ def test_conditional_flow_matching_wiring_and_dropout(getkey):
     full = float(jnp.mean(jnp.sum(target**2, -1)))
     for p in (0.3, 1.0):
         dropped = ft.partial(flow_matching_loss, interpolant=LinearInterpolant(), cond_dropout=p)
-        value = float(dropped(field, (x0, x1, target), getkey()))
+        value = float(eqx.filter_jit(dropped)(field, (x0, x1, target), getkey()))
         se = float(jnp.std(jnp.sum(target**2, -1))) * np.sqrt(p * (1 - p) / 4000 + 1e-12)
         assert abs(value - p * full) <= 5 * se + 1e-9, (p, value, p * full)
     # A conditional MLP field takes its condition through `args`.

@@ -173,8 +173,9 @@ def test_identity_transporter_reduces_to_gaussian_nll(models, traj):
     y = jnp.array(2)
     nll = eqx.filter_jit(model.trajectory_nll)(xs, ts, y)
     ref = 0.5 * np.sum(np.asarray(xs[-1]) ** 2) + 0.5 * xs[-1].size * np.log(2 * np.pi)
+    predictor = eqx.filter_jit(lambda *a: models["pred"](*a, 3))  # eager: one compile per op
     for k in range(1, len(ts)):
-        mu, log_sigma = models["pred"](xs[k], ts[k], ts[k - 1], y, 3)
+        mu, log_sigma = predictor(xs[k], ts[k], ts[k - 1], y)
         mu, sd = np.asarray(mu), np.exp(np.asarray(log_sigma))
         ref += np.sum(
             0.5 * ((np.asarray(xs[k - 1]) - mu) / sd) ** 2 + np.log(sd * np.sqrt(2 * np.pi))
@@ -187,15 +188,17 @@ def test_step_density_is_normalised(getkey):
     tr = TarFlowTransporter(2, 1, width=8, depth=2, zero_init=False, key=getkey())
     pred = perturb(MLPPredictor(2, 1, width=16, depth=2, key=getkey()), getkey(), 0.05)
     model = NTM(perturb(tr, getkey(), 0.2), pred)
-    grid = jnp.linspace(-5, 5, 301)
+    # The trapezoid rule on a smooth, fast-decaying density converges exponentially in 1/h:
+    # measured |mass - 1| < 1e-14 at 101, 151 and 301 points per axis (tolerance 1e-5).
+    grid = jnp.linspace(-5, 5, 151)
     pts = jnp.stack(jnp.meshgrid(grid, grid, indexing="ij"), axis=-1).reshape(-1, 2, 1)
 
-    weights = jnp.full(301, grid[1] - grid[0]).at[jnp.array([0, -1])].multiply(0.5)
+    weights = jnp.full(151, grid[1] - grid[0]).at[jnp.array([0, -1])].multiply(0.5)
 
     @jax.jit
     def mass(x_t):
         logp = jax.vmap(lambda x: model.step_log_prob(x, x_t, 0.3, 0.6, None, 4))(pts)
-        return weights @ jnp.exp(logp).reshape(301, 301) @ weights
+        return weights @ jnp.exp(logp).reshape(151, 151) @ weights
 
     for x_t in (jnp.zeros((2, 1)), jnp.array([[0.8], [-0.5]])):
         np.testing.assert_allclose(mass(x_t), 1.0, atol=1e-5)
@@ -248,10 +251,10 @@ def test_sample_jit_and_invert(models, traj, getkey):
     key, y = getkey(), jnp.array(0)
     x0, u_traj = eqx.filter_jit(model.sample)(key, ts, y, cfg_scale=jnp.array(1.5))
     assert x0.shape == (L, C) and u_traj.shape == (len(ts), L, C)
-    xs = model.invert_trajectory(u_traj, ts, y)
+    xs = eqx.filter_jit(model.invert_trajectory)(u_traj, ts, y)
     np.testing.assert_allclose(xs[0], x0, atol=1e-12)
     np.testing.assert_array_equal(xs[-1], u_traj[-1])
-    u_back = jax.vmap(lambda x, t: models["made"].forward(x, t, 3)[0])(xs[:-1], ts[:-1])
+    u_back = jax.jit(jax.vmap(lambda x, t: models["made"].forward(x, t, 3)[0]))(xs[:-1], ts[:-1])
     np.testing.assert_allclose(u_back, u_traj[:-1], atol=1e-10)
 
 
@@ -323,10 +326,16 @@ def _finetune_init(getkey):
     pred = PosteriorResidualPredictor(field, key=getkey(), width=8)
     ts = ntm_schedule(4, 2, 0.02)
     u = jr.normal(getkey(), (2, 1))
-    mu, log_sigma = pred(u, ts[2], ts[1], None, 4)
-    a, b, c = reverse_posterior_coeffs(ts[2], ts[1])
-    x0_hat = u + ts[2] * field(1 - ts[2], u.reshape(-1)).reshape(2, 1)
-    np.testing.assert_array_equal(mu, a * u + b * x0_hat)
+
+    @eqx.filter_jit  # one compiled program (eagerly, every small op compiles on its own)
+    def init_and_posterior(pred, field):
+        mu, log_sigma = pred(u, ts[2], ts[1], None, 4)
+        a, b, c = reverse_posterior_coeffs(ts[2], ts[1])
+        x0_hat = u + ts[2] * field(1 - ts[2], u.reshape(-1)).reshape(2, 1)
+        return mu, log_sigma, a * u + b * x0_hat, c
+
+    mu, log_sigma, post_mean, c = init_and_posterior(pred, field)
+    np.testing.assert_array_equal(mu, post_mean)
     np.testing.assert_allclose(jnp.exp(log_sigma), c * jnp.ones((2, 1)), rtol=1e-15)
     return field, NTM(IdentityTransporter(), pred), ts, u
 
@@ -521,9 +530,11 @@ def test_denoiser_init_and_loss(getkey):
     """Fast twin of the slow targets test: zero-initialised residual and the loss formula."""
     u0, target = jr.normal(getkey(), (2, 2, L, C))
     den = Denoiser(L, C, width=8, depth=1, num_classes=3, key=getkey())
-    np.testing.assert_array_equal(den(u0[0], 0.02, jnp.array(0)), u0[0])
+    call = eqx.filter_jit(lambda d, u: d(u, 0.02, jnp.array(0)))  # eager: op by op compiles
+    np.testing.assert_array_equal(call(den, u0[0]), u0[0])
     batch = (u0, jnp.full(2, 0.02), target, jnp.array([1, 2]))
-    np.testing.assert_allclose(denoiser_loss(den, batch, getkey()), jnp.mean((u0 - target) ** 2))
+    loss = eqx.filter_jit(denoiser_loss)(den, batch, getkey())
+    np.testing.assert_allclose(loss, jnp.mean((u0 - target) ** 2))
 
 
 @pytest.mark.slow
