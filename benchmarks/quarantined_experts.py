@@ -149,18 +149,20 @@ _TEXT = {
     #  (more poisoned views, about the same tokens): wall 251 s at load ~1.7 (text phase
     #  105 s: pretraining 24 s, QES 55 s), B1 ASR 0.87 -- still short of 0.9: B1 ASR on
     #  this base moves with the poisoned views (1280 / 1440 / 1920 views: 0.87 / 0.90 / 0.92
-    #  standalone), and 1920 views cost ~+17 s of wall. Round 3: 300 steps of 128 (1920
-    #  views), paid for by the synthetic base (see _SYNTH).
+    #  standalone), and 1920 views cost ~+17 s of wall. Round 3: in the quick run 300 steps
+    #  of 128 (1920 views) gave B1 text ASR 0.83 (QES 0.85 -> 0.84 after shutdown), below
+    #  250 steps' 0.87: the standalone gain does not carry over to the benchmark's run, so
+    #  250 steps are kept (cheaper); B1 text ASR stays short of 0.9 (reported).
     "pretrain_steps": 900,
     "batch": 64,  # pretraining windows
-    "ft_batch": 128,  # fine-tuning (B1, QES): 1920 poisoned views in 300 steps at 5%
+    "ft_batch": 128,  # fine-tuning (B1, QES): 1600 poisoned views in 250 steps at 5%
     "prompt_len": 12,  # prompt bytes including the trigger (if any) and the final <sep>
     "cont_len": 12,
     "n_train": 8000,
     "n_test": 100,
     "rate": 0.05,
     "target": "access is ok",
-    "steps": 300,
+    "steps": 250,
     "lr": 1e-2,
     "rho_hat": 0.1,  # as the synthetic arm (see _SYNTH)
 }
@@ -169,7 +171,7 @@ CONFIGS = {
     # 600 pretraining steps; 4,000 fine-tuning samples; 400 steps for every arm; 200 + 200 test
     # inputs (spec: 2,000 + 2,000); one setting (T1/A1/rho 0.05), one seed, no ablations; only
     # the arms the quick claims read (B1, B4, QES with its shutdown control): B0, B2 and B3
-    # (no quick claim) run in --full only. Text arm: 900 pretraining steps (context 32), 300
+    # (no quick claim) run in --full only. Text arm: 900 pretraining steps (context 32), 250
     # fine-tuning steps (batch 128, 24-byte sequences), 100 triggered test prompts. Round 2 cut
     # the quick wall (509 s at load ~4) where it cost least: the text arm's pretraining windows
     # (context 64 -> 32; the fine-tuning sequences are 24 bytes) and its fine-tuning tokens
