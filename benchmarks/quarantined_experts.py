@@ -115,6 +115,10 @@ _SYNTH = {
 # 0.95 -> 0.59 / 0.00 after shutting q, control CA 0.00, recall 0.995 (so round 1's finding
 # that reverse needs rotate in pretraining was a 3,280-sample artefact). Quick hence
 # pretrains on copy/sort/shift/count (6-12 letters, 40,000 samples); --full keeps all five.
+# attack_works (B1 synthetic ASR 0.885 on this base, 400 steps): 500 steps for every arm
+# (standalone, same keys) gave B1 ASR 0.90 (CA 0.97), B4 CA 0.99, but broke QES: suspect
+# recall 0.01, ASR after shutting q 0.995 (the benign experts fit the trigger before the
+# poisoned samples become the worst fit); 400 steps kept, attack_works reported failing.
 _SYNTH_QUICK = {
     **_SYNTH,
     "pretrain_tasks": ["copy", "sort", "shift", "count"],
@@ -768,8 +772,8 @@ def run(config, key, rec):
             "it 0.88 (6-12 letters) and 0.94 (4-8 letters): see _SYNTH_QUICK."
         )
     rec.note(
-        "Recipe ablation behind rho_hat = 0.1 (standalone, seed-0 base, 400 steps, T1/A1, "
-        "rho 0.05; QES CA / ASR before -> after shutting q): rho_hat 0.2 (spec default): "
+        "Recipe ablation behind rho_hat = 0.1 (standalone, round-2 five-task base, 400 steps, "
+        "T1/A1, rho 0.05; QES CA / ASR before -> after shutting q): rho_hat 0.2 (spec default): "
         "0.21 / 0.53 -> 0.17 / 0.00; rho_hat 0.1: 0.60 / 1.00 -> 0.53 / 0.00; rho_hat 0.2 and "
         "lambda_route 1.0: 0.44 / 0.90 -> 0.35 / 0.00; suspect recall ~1.0 in all. Trimming "
         "ceil(rho_hat B) samples per batch at a 5% poison rate sends the hardest clean samples "
