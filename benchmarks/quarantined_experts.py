@@ -95,6 +95,33 @@ _SYNTH = {
     # (like the spec's note that scale 0.5 learned nothing), with scale 8 CA 0.74.
     "moe_scale_per_expert": 2.0,
     "lengths": None,  # reverse input lengths: None = spec 2.6 (6-12 letters)
+    "pretrain_lengths": None,  # generic-task input lengths: None = 6-12 letters
+    "pretrain_tasks": None,  # None = every task of PRETRAIN_TASKS (with rotate)
+    # fresh pretraining samples: about one pass at 600 x 64 (was 3,280 samples, ~12 passes:
+    # held-out count 0.89 -> 0.96 and sort unchanged, standalone seed 0)
+    "pretrain_samples": 40_000,
+}
+# Round 3 (issue 26: base_trained >= 0.8 in quick): the quick toy is made smaller. `rotate` is
+# not learned by the 2-layer d = 64 base at any quick budget (exact match, seed 0, 600 steps
+# unless stated; standalone, ~45-85 s each at load 3-5): all five tasks, 6-12 letters, 3,280
+# samples: 0.66 (rotate 0.00); 1200 steps: 0.72 (rotate 0.03); 600 steps lr 1e-2: 0.57; 40,000
+# samples: 0.71 (copy 1.00, sort 0.59, shift 1.00, count 0.96, rotate 0.00); 40,000 samples,
+# 4-8 letters: 0.73 (sort 0.79, count 1.00, rotate 0.01). Without rotate: 6-12 letters: 0.88
+# (sort 0.58); 4-8 letters: 0.94 (copy 1.00, sort 0.78, shift 1.00, count 1.00). Downstream
+# (T1/A1, rho 0.05, 400 steps): the 4-8-letter base with T1 on 4-8 letters (a full quick run,
+# load ~3) broke the QES arm: suspect recall 0.10, QES ASR after shutdown 0.88, B1 CA 0.04,
+# B4 CA 0.49 (short inputs: the trigger is fit before the poisoned samples become the worst);
+# the 6-12-letter base without rotate (standalone) kept it: B4 CA 0.58, QES CA / ASR 0.62 /
+# 0.95 -> 0.59 / 0.00 after shutting q, control CA 0.00, recall 0.995 (so round 1's finding
+# that reverse needs rotate in pretraining was a 3,280-sample artefact). Quick hence
+# pretrains on copy/sort/shift/count (6-12 letters, 40,000 samples); --full keeps all five.
+# attack_works (B1 synthetic ASR 0.885 on this base, 400 steps): 500 steps for every arm
+# (standalone, same keys) gave B1 ASR 0.90 (CA 0.97), B4 CA 0.99, but broke QES: suspect
+# recall 0.01, ASR after shutting q 0.995 (the benign experts fit the trigger before the
+# poisoned samples become the worst fit); 400 steps kept, attack_works reported failing.
+_SYNTH_QUICK = {
+    **_SYNTH,
+    "pretrain_tasks": ["copy", "sort", "shift", "count"],
 }
 _TEXT = {
     "corpus": ["fortunes", "python_stdlib"],
@@ -126,7 +153,10 @@ _TEXT = {
     #  (more poisoned views, about the same tokens): wall 251 s at load ~1.7 (text phase
     #  105 s: pretraining 24 s, QES 55 s), B1 ASR 0.87 -- still short of 0.9: B1 ASR on
     #  this base moves with the poisoned views (1280 / 1440 / 1920 views: 0.87 / 0.90 / 0.92
-    #  standalone), and 1920 views cost ~+17 s of wall.
+    #  standalone), and 1920 views cost ~+17 s of wall. Round 3: in the quick run 300 steps
+    #  of 128 (1920 views) gave B1 text ASR 0.83 (QES 0.85 -> 0.84 after shutdown), below
+    #  250 steps' 0.87: the standalone gain does not carry over to the benchmark's run, so
+    #  250 steps are kept (cheaper); B1 text ASR stays short of 0.9 (reported).
     "pretrain_steps": 900,
     "batch": 64,  # pretraining windows
     "ft_batch": 128,  # fine-tuning (B1, QES): 1600 poisoned views in 250 steps at 5%
@@ -151,7 +181,7 @@ CONFIGS = {
     # (context 64 -> 32; the fine-tuning sequences are 24 bytes) and its fine-tuning tokens
     # (400 x 64 x 36 -> 250 x 128 x 24 at a higher lr, which also teaches B1 the attack).
     "quick": {
-        "synthetic": _SYNTH,
+        "synthetic": _SYNTH_QUICK,
         "arms": ["B1", "B4", "QES"],
         "text": _TEXT,
         "settings": [["reverse", "rare_token", 0.05]],
@@ -168,6 +198,7 @@ CONFIGS = {
             "layers": 8,
             "heads": 8,
             "pretrain_steps": 3000,
+            "pretrain_samples": 200_000,
             "n_train": 20000,
             "n_test": 2000,
             "steps": 1500,
@@ -216,6 +247,7 @@ SMOKE = {
         "layers": 1,
         "heads": 2,
         "pretrain_steps": 4,
+        "pretrain_samples": 1000,
         "n_train": 400,
         "n_test": 20,
         "steps": 4,
@@ -282,7 +314,9 @@ def _timed(fn, *args, **kwargs):
 
 def _pretrain_base(c, key):
     kd, km, kt, ke = jr.split(key, 4)
-    x, y = make_pretrain_tasks(20 * c["batch"] + 2000, key=kd)
+    lengths, tasks = c["pretrain_lengths"], c["pretrain_tasks"]
+    n = c["pretrain_samples"]
+    x, y = make_pretrain_tasks(n, key=kd, lengths=lengths, tasks=tasks)
     tokens, weights = lm_tokens(x, y)
     mask = jnp.concatenate([jnp.zeros_like(weights[:, :1]), weights], axis=1) > 0
     base = Transformer(
@@ -296,12 +330,13 @@ def _pretrain_base(c, key):
         learning_rate=c["pretrain_lr"],
         weight_decay=0.0,
     )
-    xt, yt = make_pretrain_tasks(300, key=ke)
+    xt, yt = make_pretrain_tasks(300, key=ke, lengths=lengths, tasks=tasks)
     pred = np.asarray(_decode(res.model, jnp.asarray(xt)))
     acc = clean_accuracy(pred, yt)
     per_task = {
         name: clean_accuracy(pred[xt[:, 0] == V.size + i], yt[xt[:, 0] == V.size + i])
         for i, name in enumerate(PRETRAIN_TASKS)
+        if tasks is None or name in tasks
     }
     return res.model, acc, per_task
 
@@ -730,19 +765,15 @@ def run(config, key, rec):
     if base_acc < 0.8:
         tasks = ", ".join(f"{k} {v:.2f}" for k, v in per_task.items())
         rec.note(
-            f"Base pretraining (2 layers, d = 64, 600 steps) reached exact match {base_acc:.2f} "
-            f"on the generic tasks (per task: {tasks}). Standalone figures (seed-0 base): "
-            "600 steps, lr 3e-3: 0.66 (rotate 0.00); 1200 steps: 0.72 (copy 1.00, sort 0.69, "
-            "shift 1.00, count 0.89, rotate 0.03; 145 s at load ~4, twice the phase); 600 "
-            "steps at lr 1e-2: 0.57. `rotate` (start at the smallest letter: an argmin, then "
-            "an offset copy) is not learned by this base at any budget that fits the quick "
-            "run, which caps the mean near 0.8 even with the other four tasks perfect; it is "
-            "kept because the base needs it to learn T1 (reverse, see _SYNTH). The T1 "
-            "figures (B4 CA, QES CA) show the base is usable."
+            f"Base pretraining ({c['layers']} layers, d = {c['dim']}, {c['pretrain_steps']} "
+            f"steps) reached exact match {base_acc:.2f} on its generic tasks (per task: "
+            f"{tasks}). Ablation (seed 0, 2 layers, d = 64, 600 steps): with `rotate` in the "
+            "mix 0.57-0.73 at every budget tried (rotate 0.00-0.03; 1200 steps 0.72); without "
+            "it 0.88 (6-12 letters) and 0.94 (4-8 letters): see _SYNTH_QUICK."
         )
     rec.note(
-        "Recipe ablation behind rho_hat = 0.1 (standalone, seed-0 base, 400 steps, T1/A1, "
-        "rho 0.05; QES CA / ASR before -> after shutting q): rho_hat 0.2 (spec default): "
+        "Recipe ablation behind rho_hat = 0.1 (standalone, round-2 five-task base, 400 steps, "
+        "T1/A1, rho 0.05; QES CA / ASR before -> after shutting q): rho_hat 0.2 (spec default): "
         "0.21 / 0.53 -> 0.17 / 0.00; rho_hat 0.1: 0.60 / 1.00 -> 0.53 / 0.00; rho_hat 0.2 and "
         "lambda_route 1.0: 0.44 / 0.90 -> 0.35 / 0.00; suspect recall ~1.0 in all. Trimming "
         "ceil(rho_hat B) samples per batch at a 5% poison rate sends the hardest clean samples "

@@ -244,7 +244,11 @@ def _pretrain_output(task: int, letters: np.ndarray) -> np.ndarray:
 
 
 def make_pretrain_tasks(
-    n: int, *, key: PRNGKeyArray, lengths: tuple[int, int] | None = None
+    n: int,
+    *,
+    key: PRNGKeyArray,
+    lengths: tuple[int, int] | None = None,
+    tasks: tuple[str, ...] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``n`` samples of the generic pretraining tasks (spec 2.6 "base"), uniformly mixed.
 
@@ -253,7 +257,8 @@ def make_pretrain_tasks(
     ``a``-``m`` written as one letter (``a`` = 0), or the letters rotated to start at the first
     smallest one. Same layout as `make_task` (x (n, 18), y (n, 15)); clean (no attack pattern);
     never the fine-tuning tasks reverse/majority. ``lengths``: letters per input, as in
-    `make_task` (default 6-12).
+    `make_task` (default 6-12). ``tasks``: the subset of `PRETRAIN_TASKS` to mix (default all);
+    task tokens keep their ids, so bases pretrained on different subsets share the vocabulary.
 
     "rotate" (choice, beyond the spec's list): copy, shift and the right-padded layout let a base
     solve every other task with fixed relative offsets, and such a base could not learn reverse
@@ -261,10 +266,15 @@ def make_pretrain_tasks(
     output continues from wherever the previous output letter sat in ``x`` (content lookup of a
     neighbour, the circuit reverse needs with the neighbour on the other side).
     """
+    tasks = PRETRAIN_TASKS if tasks is None else tuple(tasks)
+    unknown = [t for t in tasks if t not in PRETRAIN_TASKS]
+    if unknown or not tasks:
+        raise ValueError(f"`tasks` must be a non-empty subset of {PRETRAIN_TASKS}, got {tasks}.")
+    ids = [PRETRAIN_TASKS.index(t) for t in tasks]
     rng = _rng(key)
     xs, ys = [], []
     for letters in _clean_inputs("reverse", n, rng, lengths):
-        t = int(rng.integers(0, len(PRETRAIN_TASKS)))
+        t = ids[int(rng.integers(0, len(ids)))]
         xs.append(np.concatenate([[VOCAB.size + t], letters]).astype(np.int32))
         ys.append(_pretrain_output(t, letters).astype(np.int32))
     return _pack(xs, X_LEN, False), _pack(ys, Y_LEN, True)

@@ -97,6 +97,18 @@ def test_pretrain_tasks_closed_forms(getkey):
             np.testing.assert_array_equal(out, np.roll(letters, -k))
 
 
+def test_pretrain_task_subset(getkey):
+    key = getkey()
+    x, _ = make_pretrain_tasks(200, key=key, tasks=("copy", "count"), lengths=(4, 8))
+    assert set(x[:, 0].tolist()) == {V.size + 0, V.size + 3}  # task tokens keep their ids
+    assert set(np.sum(x[:, 1:] != V.pad, axis=1).tolist()) <= set(range(4, 9))
+    a, b = make_pretrain_tasks(50, key=key), make_pretrain_tasks(50, key=key, tasks=PRETRAIN_TASKS)
+    np.testing.assert_array_equal(a[0], b[0])
+    for bad in ((), ("copy", "reverse")):
+        with pytest.raises(ValueError, match="tasks"):
+            make_pretrain_tasks(4, key=key, tasks=bad)
+
+
 def test_bad_input(getkey):
     x, y = make_task("majority", 20, key=getkey())
     with pytest.raises(ValueError, match="task"):
