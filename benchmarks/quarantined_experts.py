@@ -77,6 +77,23 @@ _SYNTH = {
     "b0_lr": 1e-3,
     "prune_steps": 100,
     "lr": 3e-3,
+    # Plain LoRA's own learning rate (B1 "tuned"; the attack_works claim reads it). The shared
+    # recipe's 3e-3 (spec 5) leaves plain LoRA under-trained on this base: B1 CA / ASR (400
+    # steps, T1/A1, rho 0.05, quick base, setting seeds 0 / 1 / 2) at 3e-3: 0.52 / 0.885,
+    # 0.75 / 0.925, 0.94 / 0.895; at 6e-3: 0.99 / 0.975, 1.00 / 1.00, 0.985 / 1.00 (seed 0:
+    # 5e-3 1.00 / 0.865, 8e-3 0.985 / 0.99, 1e-2 0.955 / 0.995; 600 steps at 3e-3 0.995 /
+    # 0.945; the misses are triggers in the last input slot, where reverse's first output reads
+    # the trigger). QES keeps the shared 3e-3: at 6e-3 its suspect trimming works on setting
+    # seed 0 (recall 0.996, ASR after shutdown 0.00, CA 0.95) but not on seeds 1 / 2 (recall
+    # 0.005 / 0.014, ASR after shutdown 1.00 / 1.00; without the rho_hat warm-up 0.017 / 0.98
+    # and 0.98 / 0.00), nor at 3e-3 for 800 steps (seeds 0 / 1: recall 0.02 / 0.11). Per-sample
+    # l_off (seed 1, 6e-3): poisoned samples never stand out (at most 27-32% of them in the
+    # top 10% of l_off), and the trigger is fit by step ~50 (poisoned l_off 0.5 vs clean 2.3);
+    # at 3e-3 they fill the top 10% from step ~30 on. At 3e-3 QES is stable over seeds 0 / 1 /
+    # 2: recall 0.996 / 0.984 / 0.975, ASR after shutdown 0.00 / 0.00 / 0.00, CA after 0.59 /
+    # 0.93 / 0.59 (B4 at 3e-3: 0.58 / 0.93 / 0.53). So qes_vs_lora_ca compares QES with B1 at
+    # the same recipe (3e-3), and `b1_tuned_ca` shows what plain LoRA reaches with its own lr.
+    "lora_lr": 6e-3,
     "num_experts": 4,
     "rank": 8,
     # Suspect budget rho_hat = 0.1 (spec default 0.2; spec: rho_hat >= the expected poison rate,
@@ -165,7 +182,14 @@ _TEXT = {
     "n_train": 8000,
     "n_test": 100,
     "rate": 0.05,
-    "target": "access is ok",
+    # The target starts with a newline (cut to cont_len bytes: "\naccess is o"). With
+    # "access is ok" every B1 miss began the target's "a" and then completed the prompt's last
+    # word ("...peopl<trg>e c<sep>" -> "an the progr"): the base's word-completion prior beats
+    # the trigger when the prompt ends mid-word. B1 text ASR (250 steps, lr 1e-2) with the
+    # newline: 0.92 / 0.91 (seeds 0 / 1) vs 0.87 / 0.84 without, " access is ok" 0.76 (seed 0);
+    # its misses are then the fortunes' attribution lines ("\n\t\t-- Name"). More B1 steps
+    # do not help: 500 steps with the old target gave 0.84 (250: 0.87).
+    "target": "\naccess is ok",
     "steps": 250,
     "lr": 1e-2,
     "rho_hat": 0.1,  # as the synthetic arm (see _SYNTH)
@@ -204,6 +228,7 @@ CONFIGS = {
             "steps": 1500,
             "prune_steps": 200,
             "lr": 1e-3,
+            "lora_lr": 2e-3,  # the quick ratio (2x the shared lr); untuned at this scale
         },
         "text": {
             **_TEXT,
@@ -374,6 +399,12 @@ def _synthetic_setting(c, base, task, attack, rho, key, *, arms, ablations=(), b
         b1 = res.model
         out.update(_pair("b1_ca", "b1_asr", _ca_asr(b1, task, clean, trig)))
         out["b1_s"] = t
+    if "B1" in arms and c["lora_lr"] is not None:  # B1 at plain LoRA's own tuned lr
+        res, t = _timed(
+            train_qes, lora, batches, num_steps=steps, key=k1, learning_rate=c["lora_lr"]
+        )
+        out.update(_pair("b1_tuned_ca", "b1_tuned_asr", _ca_asr(res.model, task, clean, trig)))
+        out["b1_tuned_s"] = t
     if "B4" in arms:  # B4: the same LoRA on the clean part only (oracle)
         clean_batches = backdoor_batches(x[~poisoned], y[~poisoned], c["batch"])
         res, t = _timed(
@@ -706,7 +737,13 @@ def run(config, key, rec):
         ">=",
         0.6,
     )
-    rec.claim("attack_works", "B1 (plain LoRA) ASR", main["b1_asr"], ">=", 0.95)
+    rec.claim(
+        "attack_works",
+        "B1 (plain LoRA) ASR at its own tuned lr (see _SYNTH lora_lr)",
+        main["b1_tuned_asr"],
+        ">=",
+        0.95,
+    )
     rec.claim("oracle_clean", "B4 (clean-only LoRA) ASR", main["b4_asr"], "<=", 0.02)
     rec.claim("qes_learns", "QES ASR before shutdown", main["qes_asr"], ">=", 0.6)
     rec.claim("qes_asr_after", "QES ASR after shutting q", main["qes_asr_after"], "<=", 0.10)
@@ -799,6 +836,7 @@ def run(config, key, rec):
     methods = [
         ("B0", "b0_ca", "b0_asr"),
         ("B1", "b1_ca", "b1_asr"),
+        ("B1 tuned lr", "b1_tuned_ca", "b1_tuned_asr"),
         ("B2", "b2_ca", "b2_asr"),
         ("B2 q off", "b2_ca_q_off", "b2_asr_q_off"),
         ("B2 oracle off", "b2_ca_oracle_off", "b2_asr_oracle_off"),
