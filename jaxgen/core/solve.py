@@ -48,8 +48,8 @@ def solve_ode(
     vector_field: Callable[..., PyTree[Array]],
     y0: PyTree[Array],
     *,
-    t0: float = 0.0,
-    t1: float = 1.0,
+    t0: float | Float[Array, ""] = 0.0,
+    t1: float | Float[Array, ""] = 1.0,
     ts: Float[Array, " T"] | None = None,
     solver: dfx.AbstractSolver | None = None,
     steps: int | None = None,
@@ -70,8 +70,8 @@ def solve_ode(
         vector_field: ``(t, y, args) -> dy/dt`` with the pytree structure of ``y0``; a jaxgen
             `AbstractVelocityField` instance works as is.
         y0: initial state (any pytree of arrays; vmap over this function for batches).
-        t0: start time.
-        t1: end time, ``t1 > t0``.
+        t0: start time (a Python float or a traced scalar, e.g. under `jax.jit` / `jax.vmap`).
+        t1: end time, ``t1 > t0`` (checked at trace time when both are Python numbers).
         ts: optional strictly increasing save times in ``[t0, t1]``, shape ``(T,)``; then
             ``sol.ys`` has a leading axis of length ``T``. Without it only ``t1`` is saved
             (``sol.ys`` has a leading axis of length 1).

@@ -57,6 +57,13 @@ def test_solve_ode_jit_vmap_grad():
     np.testing.assert_allclose(grad, -np.exp(-0.7), rtol=1e-6)
 
 
+def test_solve_ode_traced_end_time_under_jit_and_vmap():
+    # t1 may be traced: one compiled solve serves every horizon, y(t1) = exp(-t1).
+    at = jax.jit(jax.vmap(lambda t1: solve_ode(decay, jnp.array(1.0), t1=t1, args=1.0).ys[-1]))
+    t1s = jnp.array([0.5, 1.0, 2.0])
+    np.testing.assert_allclose(at(t1s), np.exp(-np.asarray(t1s)), rtol=1e-4)
+
+
 def test_solve_ode_bad_input():
     with pytest.raises(ValueError, match="`t1` must be greater than `t0`"):
         solve_ode(decay, jnp.array(1.0), t0=1.0, t1=1.0, args=1.0)
