@@ -97,6 +97,15 @@ def transporters(models):
 KINDS = ["made", pytest.param("transformer", marks=pytest.mark.slow)]
 
 
+# Shared compiled programs (same shapes in every test that uses them: one compile each).
+batched_traj = jax.jit(jax.vmap(forward_trajectory, in_axes=(0, 0, None)))
+
+
+@eqx.filter_jit
+def batched_nll(model, xs, ts, labels):
+    return jax.vmap(model.trajectory_nll, in_axes=(0, None, 0))(xs, ts, labels)
+
+
 @pytest.fixture(scope="module")
 def traj():
     ts = ntm_schedule(3, L, 0.02)
@@ -108,16 +117,28 @@ def traj():
 # Spec check 3: transporters
 
 
+@eqx.filter_jit
+def transporter_checks(tr, x, t, T):
+    """Everything the transporter tests read, in one compiled program per transporter.
+
+    (u, logdet) = f(x, t), f^-1(u), the Jacobian of x -> u, the Jacobian of each block, and
+    f^-1(x). ``t`` and ``T`` are arrays so one program serves every level (Python floats would be
+    static under filter_jit: one compile per value).
+    """
+    u, logdet = tr.forward(x, t, T)
+    jac = jax.jacobian(lambda x: tr.forward(x, t, T)[0])(x)
+    block_jacs = [jax.jacobian(lambda x, b=b: b.forward(x, t, T)[0])(x) for b in tr.blocks]
+    return u, logdet, tr.inverse(u, t, T), jac, block_jacs, tr.inverse(x, t, T)
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_transporter_inverse_and_logdet(transporters, kind, getkey):
     tr = transporters(kind)
     x = jr.normal(getkey(), (L, C))
-    fwd = eqx.filter_jit(lambda x, t: tr.forward(x, t, 3))
-    u, logdet = fwd(x, 0.4)
+    u, logdet, x_back, jac, _, _ = transporter_checks(tr, x, jnp.array(0.4), jnp.array(3.0))
     assert jnp.max(jnp.abs(u - x)) > 1e-2  # random weights: not the identity
-    np.testing.assert_allclose(eqx.filter_jit(tr.inverse)(u, 0.4, 3), x, atol=1e-10)
-    jac = jax.jit(jax.jacobian(lambda x: fwd(x, 0.4)[0]))(x).reshape(L * C, L * C)
-    sign, ref = jnp.linalg.slogdet(jac)
+    np.testing.assert_allclose(x_back, x, atol=1e-10)
+    sign, ref = jnp.linalg.slogdet(jac.reshape(L * C, L * C))
     assert sign == 1
     np.testing.assert_allclose(logdet, ref, atol=1e-8)
 
@@ -126,9 +147,10 @@ def test_transporter_inverse_and_logdet(transporters, kind, getkey):
 def test_transporter_blocks_are_strictly_causal(transporters, kind, getkey):
     """Block 0 reads tokens in order, block 1 reversed: token n sees only earlier tokens."""
     x = jr.normal(getkey(), (L, C))
-    for i, block in enumerate(transporters(kind).blocks):
-        fwd = lambda x, b=block: b.forward(x, jnp.array(0.3), jnp.array(3.0))[0]  # noqa: E731
-        jac = jax.jit(jax.jacobian(fwd))(x)  # (L, C, L, C)
+    _, _, _, _, block_jacs, _ = transporter_checks(
+        transporters(kind), x, jnp.array(0.3), jnp.array(3.0)
+    )
+    for i, jac in enumerate(block_jacs):  # each (L, C, L, C)
         for n in range(L):
             for m in range(L):
                 later = m > n if i % 2 == 0 else m < n
@@ -145,11 +167,13 @@ def test_zero_init_and_noise_level_are_identity(transporters, kind, getkey):
     u, logdet = eqx.filter_jit(zero.forward)(x, 0.3, 4)
     np.testing.assert_array_equal(u, x)
     assert logdet == 0.0
-    tr = transporters(kind)
-    u, logdet = eqx.filter_jit(tr.forward)(x, 1.0, 4)  # t = 1: identity
+    # t = 1: identity (the transporter's program from the tests above, at another level)
+    u, logdet, _, _, _, x_inv = transporter_checks(
+        transporters(kind), x, jnp.array(1.0), jnp.array(4.0)
+    )
     np.testing.assert_array_equal(u, x)
     assert logdet == 0.0
-    np.testing.assert_array_equal(eqx.filter_jit(tr.inverse)(x, 1.0, 4), x)
+    np.testing.assert_array_equal(x_inv, x)
 
 
 def test_float32_inverse_error_on_data_shape(getkey):
@@ -185,8 +209,9 @@ def test_identity_transporter_reduces_to_gaussian_nll(models, traj):
 
 def test_step_density_is_normalised(getkey):
     """Spec check 5: int p(x_s | x_t) dx_s = 1 on a fine grid (2 tokens, random weights)."""
-    tr = TarFlowTransporter(2, 1, width=8, depth=2, zero_init=False, key=getkey())
-    pred = perturb(MLPPredictor(2, 1, width=16, depth=2, key=getkey()), getkey(), 0.05)
+    # The training test's sizes: their weight draws (a sampler compiled per shape) are shared.
+    tr = TarFlowTransporter(2, 1, width=16, depth=1, zero_init=False, key=getkey())
+    pred = perturb(MLPPredictor(2, 1, width=32, depth=2, key=getkey()), getkey(), 0.05)
     model = NTM(perturb(tr, getkey(), 0.2), pred)
     # The trapezoid rule on a smooth, fast-decaying density converges exponentially in 1/h:
     # measured |mass - 1| < 1e-14 at 101, 151 and 301 points per axis (tolerance 1e-5).
@@ -219,11 +244,9 @@ def test_trajectory_nll_jit_vmap(models, traj, getkey):
     model = models["ntm"]
     nll = eqx.filter_jit(model.trajectory_nll)
     keys = jr.split(getkey(), 3)
-    batch = jax.vmap(forward_trajectory, in_axes=(0, 0, None))(
-        keys, jr.normal(getkey(), (3, L, C)), ts
-    )
+    batch = batched_traj(keys, jr.normal(getkey(), (3, L, C)), ts)
     labels = jnp.array([0, 1, 3])
-    batched = jax.jit(jax.vmap(model.trajectory_nll, in_axes=(0, None, 0)))(batch, ts, labels)
+    batched = batched_nll(model, batch, ts, labels)
     loop = [nll(b, ts, lab) for b, lab in zip(batch, labels, strict=True)]
     np.testing.assert_allclose(batched, loop, rtol=1e-12)
 
@@ -296,15 +319,20 @@ def test_score_denoising_is_the_posterior_mean(getkey):
     ts = ntm_schedule(4, 2, 0.03)
     x0 = GAUSS_MEAN + np.sqrt(GAUSS_VAR) * jr.normal(getkey(), (2, 1))
     xs = forward_trajectory(getkey(), x0, ts)
-    den = jax.jit(trajectory_score_denoise)(model, xs, ts)
-    cov = np.asarray(trajectory_covariance(ts))
+
+    @eqx.filter_jit  # one program (eagerly, the covariance's small ops compile one by one)
+    def denoise(model, xs, ts):
+        clipped = trajectory_score_denoise(model, xs, ts, clip_percentile=50.0)
+        return trajectory_score_denoise(model, xs, ts), clipped, trajectory_covariance(ts)
+
+    den, clipped, cov = denoise(model, xs, ts)
+    cov = np.asarray(cov)
     a = 1 - np.asarray(ts)
     prec = 1 / GAUSS_VAR + a @ np.linalg.solve(cov, a)
     flat = np.asarray(xs)[:, :, 0]  # (T+1, 2)
     ref = (GAUSS_MEAN / GAUSS_VAR + a @ np.linalg.solve(cov, flat)) / prec
     np.testing.assert_allclose(den[0, :, 0], ref, rtol=1e-8, atol=1e-10)
     np.testing.assert_allclose(den[:, :, 0], np.broadcast_to(ref, (4, 2)), rtol=1e-8, atol=1e-10)
-    clipped = eqx.filter_jit(trajectory_score_denoise)(model, xs, ts, clip_percentile=50.0)
     assert clipped.shape == (4, 2, 1) and jnp.all(jnp.isfinite(clipped))
 
 
@@ -431,15 +459,16 @@ def test_ntm_loss_multi_T_and_modes(models, getkey, mode):
     if mode == "pairwise":
         assert jnp.isfinite(eqx.filter_jit(loss)(models["ntm"], (x0, y), getkey()))
     if mode == "end_to_end":  # one T: the mean trajectory NLL per dimension, by hand
+        # T = 3 and 3 examples: the reference reuses test_trajectory_nll_jit_vmap's programs.
         key = getkey()
-        one_t = ft.partial(ntm_loss, steps=(2,), t_min_range=(0.01, 0.01))
-        got = eqx.filter_jit(one_t)(models["ntm"], (x0[:2], y[:2]), key)
-        ts = ntm_schedule(2, L, 0.01)
-        keys = jr.split(jr.split(key)[1], 2)
-        k_traj = jax.vmap(lambda k: jr.split(k, 3)[1])(keys)
-        xs = jax.vmap(forward_trajectory, in_axes=(0, 0, None))(k_traj, x0[:2], ts)
-        nll = jax.jit(jax.vmap(models["ntm"].trajectory_nll, in_axes=(0, None, 0)))(xs, ts, y[:2])
-        np.testing.assert_allclose(got, jnp.sum(nll) / (2 * L * C), rtol=1e-10)
+        one_t = ft.partial(ntm_loss, steps=(3,), t_min_range=(0.01, 0.01))
+        got = eqx.filter_jit(one_t)(models["ntm"], (x0[:3], y[:3]), key)
+        ts = ntm_schedule(3, L, 0.01)
+        keys = jr.split(jr.split(key)[1], 3)
+        k_traj = jax.jit(jax.vmap(lambda k: jr.split(k, 3)[1]))(keys)
+        xs = batched_traj(k_traj, x0[:3], ts)
+        nll = batched_nll(models["ntm"], xs, ts, y[:3])
+        np.testing.assert_allclose(got, jnp.sum(nll) / (3 * L * C), rtol=1e-10)
 
 
 def _toy_batches(key):
@@ -615,10 +644,13 @@ def test_bad_input(models, traj, getkey):
         models["pred"](xs[1], ts[1], ts[0], jnp.array(1.0), 3)
     with pytest.raises(eqx.EquinoxRuntimeError, match="class id"):
         model.trajectory_nll(xs, ts, jnp.array(7))
+    # Both errors come before any weight is read: an abstract (shape-only) unconditional predictor
+    # (a real one draws its default-width weights: a sampler compiled per new shape, ~1 s).
+    uncond = NTM(IdentityTransporter(), eqx.filter_eval_shape(MLPPredictor, L, C, key=getkey()))
     with pytest.raises(ValueError, match="unconditional"):
-        NTM(IdentityTransporter(), MLPPredictor(L, C, key=getkey())).trajectory_nll(xs, ts, y)
+        uncond.trajectory_nll(xs, ts, y)
     with pytest.raises(ValueError, match="cfg_scale"):
-        NTM(IdentityTransporter(), MLPPredictor(L, C, key=getkey())).sample(getkey(), ts, None, 1.0)
+        uncond.sample(getkey(), ts, None, 1.0)
     with pytest.raises(ValueError, match="guidance weight"):
         model.sample(getkey(), ts, y, -1.0)
     with pytest.raises(eqx.EquinoxRuntimeError, match="end at"):
@@ -629,7 +661,7 @@ def test_bad_input(models, traj, getkey):
         model.step_log_prob(xs[1], xs[0], ts[1], ts[0], y, 3)
     with pytest.raises(ValueError, match="conditioner"):
         TarFlowTransporter(L, C, conditioner="coupling", key=getkey())
-    batch = (jr.normal(getkey(), (4, L, C)), jnp.array([0, 1, 2, 0]))
+    batch = (jr.normal(getkey(), (3, L, C)), jnp.array([0, 1, 2]))  # 3: a compiled draw reused
     with pytest.raises(ValueError, match="mode"):
         ntm_loss(model, batch, getkey(), mode="joint")
     with pytest.raises(ValueError, match="t_min_range"):
