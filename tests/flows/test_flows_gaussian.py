@@ -22,8 +22,6 @@ from jaxgen.flows import (
 from jaxgen.metrics import gaussian_w2
 from tests.reference.gaussian_numpy import geometric_mean, random_spd
 
-w2_jit = jax.jit(gaussian_w2)  # eager, its few dozen small ops would compile one by one
-
 
 def make_process(dim, seed=1):
     rng = np.random.default_rng(seed)
@@ -47,7 +45,9 @@ def test_geometric_mean_special_cases():
     s1 = jnp.array([[2.0, 0.5], [0.5, 1.0]])
     root = matrix_geometric_mean(jnp.eye(2), s1)
     np.testing.assert_allclose(root @ root, s1, atol=1e-12)
-    p = matrix_geometric_mean(jnp.array([[4.0]]), jnp.array([[9.0]]))
+    # Eager once (above, every op compiled on its own); the scalar case jitted (eagerly it would
+    # compile the same ~25 ops again for the 1x1 shapes).
+    p = jax.jit(matrix_geometric_mean)(jnp.array([[4.0]]), jnp.array([[9.0]]))
     np.testing.assert_allclose(p, [[6.0]], atol=1e-12)
 
 
@@ -85,24 +85,34 @@ def test_adaptive_solve_agrees_with_flow_map(getkey):
     np.testing.assert_allclose(sol.ys, expected, atol=1e-8)
 
 
-def test_transport_map_pushes_gaussian_exactly():
-    process, (m0, s0, m1, s1) = make_process(4)
+@eqx.filter_jit
+def one_euler_step_moments(field, m0, s0, m1, s1):
+    """One Euler step is affine: its pushforward of N(m0, S0) is N(T(m0), J S0 J^T) exactly.
+
+    Returns (J, W2 of that pushforward to N(m1, S1)): one compiled program (the step, its
+    Jacobian and the W2 used to compile one by one).
+    """
+    step = lambda x: euler_pushforward(field, x, 1)  # noqa: E731
+    jac, mean = jax.jacrev(lambda x: (step(x), step(x)), has_aux=True)(m0)
+    return jac, gaussian_w2(mean, jac @ s0 @ jac.T, m1, s1)
+
+
+@pytest.mark.parametrize("dim", [3, pytest.param(4, marks=pytest.mark.slow)])
+def test_transport_map_pushes_gaussian_exactly(dim):
+    # dim 3 shares make_process(3)'s matrices and the moments program's shapes with the
+    # linear-interpolant test below; dim 4 (a separate compile) is the slow twin.
+    process, (m0, s0, m1, s1) = make_process(dim)
     a = process.transport_matrix
     np.testing.assert_allclose(a @ s0 @ a.T, s1, atol=1e-10)
-    # One Euler step is affine: its pushforward of N(m0, S0) is N(T(m0), J S0 J^T) exactly.
-    step = jax.jit(lambda x: euler_pushforward(process.velocity, x, 1))
-    jac = jax.jit(jax.jacrev(step))(jnp.asarray(m0))
-    w2 = w2_jit(step(jnp.asarray(m0)), jac @ s0 @ jac.T, jnp.asarray(m1), jnp.asarray(s1))
+    _, w2 = one_euler_step_moments(process.velocity, *map(jnp.asarray, (m0, s0, m1, s1)))
     assert float(w2) < 1e-6
 
 
 def test_linear_interpolant_one_step_collapses_to_the_mean():
     _, (m0, s0, m1, s1) = make_process(3)
     linear = LinearInterpolant().gaussian_velocity(m0, s0, m1, s1)
-    step = jax.jit(lambda x: euler_pushforward(linear, x, 1))
-    jac = jax.jit(jax.jacrev(step))(jnp.asarray(m0))
+    jac, w2 = one_euler_step_moments(linear, *map(jnp.asarray, (m0, s0, m1, s1)))
     np.testing.assert_allclose(jac, 0.0, atol=1e-12)
-    w2 = w2_jit(step(jnp.asarray(m0)), jac @ s0 @ jac.T, jnp.asarray(m1), jnp.asarray(s1))
     np.testing.assert_allclose(w2, np.sqrt(np.trace(s1)), rtol=1e-10)
 
 
