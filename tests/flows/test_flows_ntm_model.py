@@ -176,14 +176,27 @@ def test_zero_init_and_noise_level_are_identity(transporters, kind, getkey):
     np.testing.assert_array_equal(x_inv, x)
 
 
-def test_float32_inverse_error_on_data_shape(getkey):
-    """Digits-sized state (16 tokens of 2x2 patches) in float32: inverse error < 1e-4."""
-    tr = TarFlowTransporter(16, 4, width=64, depth=2, zero_init=False, key=getkey())
+def _float32_inverse_error(tr, key):
+    seq_len, channels = tr.seq_len, tr.channels
     tr = jax.tree.map(lambda a: a.astype(jnp.float32) if eqx.is_inexact_array(a) else a, tr)
-    x = jr.uniform(getkey(), (16, 4), jnp.float32, -1, 1)
+    x = jr.uniform(key, (seq_len, channels), jnp.float32, -1, 1)
     u, logdet = eqx.filter_jit(tr.forward)(x, jnp.float32(0.05), 4)
     assert u.dtype == logdet.dtype == jnp.float32
     assert float(jnp.max(jnp.abs(eqx.filter_jit(tr.inverse)(u, jnp.float32(0.05), 4) - x))) < 1e-4
+
+
+@pytest.mark.slow
+def test_float32_inverse_error_on_data_shape(getkey):
+    """Digits-sized state (16 tokens of 2x2 patches) in float32: inverse error < 1e-4."""
+    tr = TarFlowTransporter(16, 4, width=64, depth=2, zero_init=False, key=getkey())
+    _float32_inverse_error(tr, getkey())
+
+
+def test_float32_inverse_error(models, getkey):
+    """Fast twin of the digits-sized check: the module's transporter cast to float32 keeps float32
+    and inverts to < 1e-4 (no new weights to draw: the draws compile a sampler per shape).
+    """
+    _float32_inverse_error(models["made"], getkey())
 
 
 # ------------------------------------------------------------------------------------------
@@ -272,12 +285,18 @@ def test_sample_jit_and_invert(models, traj, getkey):
     _, ts = traj
     model = models["ntm"]
     key, y = getkey(), jnp.array(0)
-    x0, u_traj = eqx.filter_jit(model.sample)(key, ts, y, cfg_scale=jnp.array(1.5))
+
+    @eqx.filter_jit  # sample, inversion and the re-forward: one compiled program
+    def sample_and_invert(model, key, ts, y, cfg_scale):
+        x0, u_traj = model.sample(key, ts, y, cfg_scale=cfg_scale)
+        xs = model.invert_trajectory(u_traj, ts, y)
+        forward = lambda x, t: model.transporter.forward(x, t, 3)[0]  # noqa: E731
+        return x0, u_traj, xs, jax.vmap(forward)(xs[:-1], ts[:-1])
+
+    x0, u_traj, xs, u_back = sample_and_invert(model, key, ts, y, jnp.array(1.5))
     assert x0.shape == (L, C) and u_traj.shape == (len(ts), L, C)
-    xs = eqx.filter_jit(model.invert_trajectory)(u_traj, ts, y)
     np.testing.assert_allclose(xs[0], x0, atol=1e-12)
     np.testing.assert_array_equal(xs[-1], u_traj[-1])
-    u_back = jax.jit(jax.vmap(lambda x, t: models["made"].forward(x, t, 3)[0]))(xs[:-1], ts[:-1])
     np.testing.assert_allclose(u_back, u_traj[:-1], atol=1e-10)
 
 
