@@ -57,11 +57,16 @@ def test_geometric_mean_special_cases():
 def test_zero_material_acceleration_and_nonzero_for_linear(dim, getkey):
     process, (m0, s0, m1, s1) = make_process(dim)
     linear = LinearInterpolant().gaussian_velocity(m0, s0, m1, s1)
-    ts = jr.uniform(getkey(), (64,), minval=0.01, maxval=0.99)
-    xs = jr.normal(getkey(), (64, dim)) * 2.0
-    acc = jax.jit(jax.vmap(lambda t, x: material_acceleration(process.velocity, t, x)))(ts, xs)
+    rng = np.random.default_rng(dim)  # numpy draws: no sampler compiled per shape
+    ts, xs = rng.uniform(0.01, 0.99, 64), 2.0 * rng.normal(size=(64, dim))
+
+    @jax.jit  # both fields in one compiled program
+    def accelerations(ts, xs):
+        acc = lambda v: jax.vmap(lambda t, x: material_acceleration(v, t, x))(ts, xs)  # noqa: E731
+        return acc(process.velocity), acc(linear)
+
+    acc, acc_lin = accelerations(ts, xs)
     assert float(jnp.max(jnp.abs(acc))) < 1e-9
-    acc_lin = jax.jit(jax.vmap(lambda t, x: material_acceleration(linear, t, x)))(ts, xs)
     assert float(jnp.max(jnp.abs(acc_lin))) > 0.1
 
 
@@ -72,17 +77,28 @@ def test_zero_material_acceleration_and_nonzero_for_linear(dim, getkey):
 def test_euler_steps_equal_transport_map(num_steps, getkey):
     process, _ = make_process(3)
     xs = jr.normal(getkey(), (16, 3))
-    push = jax.jit(jax.vmap(lambda x: euler_pushforward(process.velocity, x, num_steps)))
-    np.testing.assert_allclose(push(xs), jax.vmap(process.transport_map)(xs), atol=1e-12)
+
+    @jax.jit  # the pushforward and the closed-form reference in one program (eager: op by op)
+    def push_and_map(xs):
+        push = jax.vmap(lambda x: euler_pushforward(process.velocity, x, num_steps))
+        return push(xs), jax.vmap(process.transport_map)(xs)
+
+    pushed, mapped = push_and_map(xs)
+    np.testing.assert_allclose(pushed, mapped, atol=1e-12)
 
 
 def test_adaptive_solve_agrees_with_flow_map(getkey):
     process, _ = make_process(3)
     x = jr.normal(getkey(), (3,))
     ts = jnp.array([0.25, 0.5, 1.0])
-    sol = solve_ode(process.velocity, x, ts=ts, rtol=1e-10, atol=1e-10)
-    expected = jax.vmap(lambda t: process.flow_map(t, x))(ts)
+    sol = solve_ode(process.velocity, x, ts=ts, rtol=1e-10, atol=1e-10)  # default: Tsit5
+    # eagerly the references would compile op by op
+    expected, mapped = jax.jit(
+        lambda x: (jax.vmap(process.flow_map, (0, None))(ts, x), process.transport_map(x))
+    )(x)
     np.testing.assert_allclose(sol.ys, expected, atol=1e-8)
+    # fast twin of test_tsit5_path_matches_one_euler_step: the path ends at T(x)
+    np.testing.assert_allclose(sol.ys[-1], mapped, atol=1e-8)
 
 
 @eqx.filter_jit
@@ -179,9 +195,15 @@ def test_sample_path_endpoints_and_straightness(getkey):
     _, (m0, s0, m1, s1) = make_process(2)
     linear = LinearInterpolant().gaussian_velocity(m0, s0, m1, s1)
     xs = jr.normal(getkey(), (8, 2))
-    batched = eqx.filter_jit(eqx.filter_vmap(straightness, in_axes=(None, 0, None)))
-    assert float(jnp.max(batched(process.velocity, xs, 8))) < 1e-20
-    assert float(jnp.mean(batched(linear, xs, 8))) > 1e-2
+
+    @eqx.filter_jit  # both fields in one compiled program
+    def both(fields, xs):
+        batched = eqx.filter_vmap(straightness, in_axes=(None, 0, None))
+        return [batched(field, xs, 8) for field in fields]
+
+    exact, lin = both((process.velocity, linear), xs)
+    assert float(jnp.max(exact)) < 1e-20
+    assert float(jnp.mean(lin)) > 1e-2
 
 
 def test_jit_vmap_grad_battery(getkey):
@@ -230,6 +252,7 @@ def test_bad_input_messages():
         material_acceleration(process.velocity, 0.5, jnp.zeros((4, 2)))
 
 
+@pytest.mark.slow  # fast twin: the last assertion of test_adaptive_solve_agrees_with_flow_map
 def test_tsit5_path_matches_one_euler_step(getkey):
     process, _ = make_process(3)
     x = jr.normal(getkey(), (3,))
