@@ -42,10 +42,16 @@ L, C = 3, 2
 
 
 def perturb(module, key, scale=0.3):
-    """Add N(0, scale^2) to every inexact array (random weights for likelihood checks)."""
+    """Add N(0, scale^2) to every inexact array (random weights for likelihood checks).
+
+    numpy draws seeded from ``key``: jax draws (and a ravel/unravel) compile once per shape.
+    """
+    rng = np.random.default_rng(np.asarray(jr.key_data(key)))
     params, static = eqx.partition(module, eqx.is_inexact_array)
-    flat, unravel = jax.flatten_util.ravel_pytree(params)  # one draw: one compiled RNG call
-    return eqx.combine(unravel(flat + scale * jr.normal(key, flat.shape, flat.dtype)), static)
+    noisy = jax.tree.map(
+        lambda a: jnp.asarray(np.asarray(a) + scale * rng.normal(size=a.shape), a.dtype), params
+    )
+    return eqx.combine(noisy, static)
 
 
 class ExactGaussianPredictor(AbstractGaussianPredictor):
