@@ -188,6 +188,7 @@ class GaussianStraightProcess(eqx.Module):
         x1 = self.m1 + psd_sqrt(self.cov1) @ jr.normal(key1, (self.dim,), self.m0.dtype)
         return self.interpolant().sample(key_pair, x0, x1, jnp.asarray(t, self.m0.dtype))
 
+    @eqx.filter_jit  # eagerly, its factorisations and draws would compile op by op
     def sample_path(self, key: PRNGKeyArray, ts: Float[Array, " T"]) -> Float[Array, "T dim"]:
         """One path on the grid ``ts``: the endpoints and Z are drawn once and shared by all t."""
         ts = jnp.asarray(ts, self.m0.dtype)

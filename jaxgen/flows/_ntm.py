@@ -30,6 +30,7 @@ from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
 from ._ntm_closed import (
     T_ONE_EPS,
+    _check_pair,
     _is_concrete,
     _kernel,
     check_times,
@@ -113,6 +114,7 @@ class NTM(eqx.Module):
         _check_state(x_s, self.predictor.seq_len, self.predictor.channels, "x_s")
         _check_state(x_t, self.predictor.seq_len, self.predictor.channels, "x_t")
         s, t = jnp.asarray(s, x_s.dtype), jnp.asarray(t, x_s.dtype)
+        t, s = _check_pair(t, s)  # fail before the transporter runs (eagerly: op by op)
         u_s, logdet = self._latent(x_s, s, T)
         u_t, _ = self._latent(x_t, t, T)
         mu, log_sigma = self.predictor(u_t, t, s, y, T)

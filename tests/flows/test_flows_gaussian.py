@@ -22,8 +22,6 @@ from jaxgen.flows import (
 from jaxgen.metrics import gaussian_w2
 from tests.reference.gaussian_numpy import geometric_mean, random_spd
 
-w2_jit = jax.jit(gaussian_w2)  # eager, its few dozen small ops would compile one by one
-
 
 def make_process(dim, seed=1):
     rng = np.random.default_rng(seed)
@@ -47,7 +45,9 @@ def test_geometric_mean_special_cases():
     s1 = jnp.array([[2.0, 0.5], [0.5, 1.0]])
     root = matrix_geometric_mean(jnp.eye(2), s1)
     np.testing.assert_allclose(root @ root, s1, atol=1e-12)
-    p = matrix_geometric_mean(jnp.array([[4.0]]), jnp.array([[9.0]]))
+    # Eager once (above, every op compiled on its own); the scalar case jitted (eagerly it would
+    # compile the same ~25 ops again for the 1x1 shapes).
+    p = jax.jit(matrix_geometric_mean)(jnp.array([[4.0]]), jnp.array([[9.0]]))
     np.testing.assert_allclose(p, [[6.0]], atol=1e-12)
 
 
@@ -57,11 +57,16 @@ def test_geometric_mean_special_cases():
 def test_zero_material_acceleration_and_nonzero_for_linear(dim, getkey):
     process, (m0, s0, m1, s1) = make_process(dim)
     linear = LinearInterpolant().gaussian_velocity(m0, s0, m1, s1)
-    ts = jr.uniform(getkey(), (64,), minval=0.01, maxval=0.99)
-    xs = jr.normal(getkey(), (64, dim)) * 2.0
-    acc = jax.jit(jax.vmap(lambda t, x: material_acceleration(process.velocity, t, x)))(ts, xs)
+    rng = np.random.default_rng(dim)  # numpy draws: no sampler compiled per shape
+    ts, xs = rng.uniform(0.01, 0.99, 64), 2.0 * rng.normal(size=(64, dim))
+
+    @jax.jit  # both fields in one compiled program
+    def accelerations(ts, xs):
+        acc = lambda v: jax.vmap(lambda t, x: material_acceleration(v, t, x))(ts, xs)  # noqa: E731
+        return acc(process.velocity), acc(linear)
+
+    acc, acc_lin = accelerations(ts, xs)
     assert float(jnp.max(jnp.abs(acc))) < 1e-9
-    acc_lin = jax.jit(jax.vmap(lambda t, x: material_acceleration(linear, t, x)))(ts, xs)
     assert float(jnp.max(jnp.abs(acc_lin))) > 0.1
 
 
@@ -72,37 +77,58 @@ def test_zero_material_acceleration_and_nonzero_for_linear(dim, getkey):
 def test_euler_steps_equal_transport_map(num_steps, getkey):
     process, _ = make_process(3)
     xs = jr.normal(getkey(), (16, 3))
-    push = jax.jit(jax.vmap(lambda x: euler_pushforward(process.velocity, x, num_steps)))
-    np.testing.assert_allclose(push(xs), jax.vmap(process.transport_map)(xs), atol=1e-12)
+
+    @jax.jit  # the pushforward and the closed-form reference in one program (eager: op by op)
+    def push_and_map(xs):
+        push = jax.vmap(lambda x: euler_pushforward(process.velocity, x, num_steps))
+        return push(xs), jax.vmap(process.transport_map)(xs)
+
+    pushed, mapped = push_and_map(xs)
+    np.testing.assert_allclose(pushed, mapped, atol=1e-12)
 
 
 def test_adaptive_solve_agrees_with_flow_map(getkey):
     process, _ = make_process(3)
     x = jr.normal(getkey(), (3,))
     ts = jnp.array([0.25, 0.5, 1.0])
-    sol = solve_ode(process.velocity, x, ts=ts, rtol=1e-10, atol=1e-10)
-    expected = jax.vmap(lambda t: process.flow_map(t, x))(ts)
+    sol = solve_ode(process.velocity, x, ts=ts, rtol=1e-10, atol=1e-10)  # default: Tsit5
+    # eagerly the references would compile op by op
+    expected, mapped = jax.jit(
+        lambda x: (jax.vmap(process.flow_map, (0, None))(ts, x), process.transport_map(x))
+    )(x)
     np.testing.assert_allclose(sol.ys, expected, atol=1e-8)
+    # fast twin of test_tsit5_path_matches_one_euler_step: the path ends at T(x)
+    np.testing.assert_allclose(sol.ys[-1], mapped, atol=1e-8)
 
 
-def test_transport_map_pushes_gaussian_exactly():
-    process, (m0, s0, m1, s1) = make_process(4)
+@eqx.filter_jit
+def one_euler_step_moments(field, m0, s0, m1, s1):
+    """One Euler step is affine: its pushforward of N(m0, S0) is N(T(m0), J S0 J^T) exactly.
+
+    Returns (J, W2 of that pushforward to N(m1, S1)): one compiled program (the step, its
+    Jacobian and the W2 used to compile one by one).
+    """
+    step = lambda x: euler_pushforward(field, x, 1)  # noqa: E731
+    jac, mean = jax.jacrev(lambda x: (step(x), step(x)), has_aux=True)(m0)
+    return jac, gaussian_w2(mean, jac @ s0 @ jac.T, m1, s1)
+
+
+@pytest.mark.parametrize("dim", [3, pytest.param(4, marks=pytest.mark.slow)])
+def test_transport_map_pushes_gaussian_exactly(dim):
+    # dim 3 shares make_process(3)'s matrices and the moments program's shapes with the
+    # linear-interpolant test below; dim 4 (a separate compile) is the slow twin.
+    process, (m0, s0, m1, s1) = make_process(dim)
     a = process.transport_matrix
     np.testing.assert_allclose(a @ s0 @ a.T, s1, atol=1e-10)
-    # One Euler step is affine: its pushforward of N(m0, S0) is N(T(m0), J S0 J^T) exactly.
-    step = jax.jit(lambda x: euler_pushforward(process.velocity, x, 1))
-    jac = jax.jit(jax.jacrev(step))(jnp.asarray(m0))
-    w2 = w2_jit(step(jnp.asarray(m0)), jac @ s0 @ jac.T, jnp.asarray(m1), jnp.asarray(s1))
+    _, w2 = one_euler_step_moments(process.velocity, *map(jnp.asarray, (m0, s0, m1, s1)))
     assert float(w2) < 1e-6
 
 
 def test_linear_interpolant_one_step_collapses_to_the_mean():
     _, (m0, s0, m1, s1) = make_process(3)
     linear = LinearInterpolant().gaussian_velocity(m0, s0, m1, s1)
-    step = jax.jit(lambda x: euler_pushforward(linear, x, 1))
-    jac = jax.jit(jax.jacrev(step))(jnp.asarray(m0))
+    jac, w2 = one_euler_step_moments(linear, *map(jnp.asarray, (m0, s0, m1, s1)))
     np.testing.assert_allclose(jac, 0.0, atol=1e-12)
-    w2 = w2_jit(step(jnp.asarray(m0)), jac @ s0 @ jac.T, jnp.asarray(m1), jnp.asarray(s1))
     np.testing.assert_allclose(w2, np.sqrt(np.trace(s1)), rtol=1e-10)
 
 
@@ -116,10 +142,28 @@ def test_marginal_covariance_formula(t):
     np.testing.assert_allclose(mean, (1 - t) * m0 + t * m1, atol=1e-12)
 
 
-def test_sampled_marginals_match_closed_form(getkey):
+N_SAMPLES, T_SAMPLES = 20_000, 0.4
+
+
+@pytest.fixture(scope="module")
+def samples():
+    """(process, xs, pathwise velocities, v(xs)): n draws at t = 0.4, one compiled program
+    shared by the two Monte-Carlo tests below.
+    """
     process, _ = make_process(2)
-    n, t = 20_000, 0.4
-    xs, _ = jax.jit(jax.vmap(process.sample, in_axes=(0, None)))(jr.split(getkey(), n), t)
+
+    @eqx.filter_jit
+    def draw(process, key):
+        keys = jr.split(key, N_SAMPLES)
+        xs, targets = jax.vmap(process.sample, in_axes=(0, None))(keys, T_SAMPLES)
+        return xs, targets, jax.vmap(process.velocity, in_axes=(None, 0))(T_SAMPLES, xs)
+
+    return (process, *draw(process, jr.key(11)))
+
+
+def test_sampled_marginals_match_closed_form(samples):
+    process, xs, _, _ = samples
+    n, t = N_SAMPLES, T_SAMPLES
     mean, cov = process.marginal(t)
     sem = np.sqrt(np.diag(cov) / n)
     assert np.all(np.abs(np.mean(xs, 0) - mean) < 5 * sem)
@@ -129,13 +173,13 @@ def test_sampled_marginals_match_closed_form(getkey):
     assert np.all(np.abs(emp - cov) < 5 * se)
 
 
-def test_velocity_is_conditional_expectation_of_pathwise_velocity(getkey):
-    process, _ = make_process(2)
-    n, t = 20_000, 0.4
-    xs, targets = jax.jit(jax.vmap(process.sample, in_axes=(0, None)))(jr.split(getkey(), n), t)
-    residual = targets - jax.vmap(process.velocity, in_axes=(None, 0))(t, xs)
+def test_velocity_is_conditional_expectation_of_pathwise_velocity(samples):
+    _, xs, targets, velocities = samples
+    n = N_SAMPLES
+    residual = np.asarray(targets) - np.asarray(velocities)  # numpy: no eager op compiles
+    xs = np.asarray(xs)
     # E[Xdot - v(X) | X] = 0: the residual is mean-zero and uncorrelated with X.
-    centred = xs - jnp.mean(xs, 0, keepdims=True)
+    centred = xs - np.mean(xs, 0, keepdims=True)
     for j in range(2):
         r = np.asarray(residual[:, j])
         assert abs(r.mean()) < 5 * r.std() / np.sqrt(n)
@@ -151,9 +195,15 @@ def test_sample_path_endpoints_and_straightness(getkey):
     _, (m0, s0, m1, s1) = make_process(2)
     linear = LinearInterpolant().gaussian_velocity(m0, s0, m1, s1)
     xs = jr.normal(getkey(), (8, 2))
-    batched = eqx.filter_jit(eqx.filter_vmap(straightness, in_axes=(None, 0, None)))
-    assert float(jnp.max(batched(process.velocity, xs, 8))) < 1e-20
-    assert float(jnp.mean(batched(linear, xs, 8))) > 1e-2
+
+    @eqx.filter_jit  # both fields in one compiled program
+    def both(fields, xs):
+        batched = eqx.filter_vmap(straightness, in_axes=(None, 0, None))
+        return [batched(field, xs, 8) for field in fields]
+
+    exact, lin = both((process.velocity, linear), xs)
+    assert float(jnp.max(exact)) < 1e-20
+    assert float(jnp.mean(lin)) > 1e-2
 
 
 def test_jit_vmap_grad_battery(getkey):
@@ -202,6 +252,7 @@ def test_bad_input_messages():
         material_acceleration(process.velocity, 0.5, jnp.zeros((4, 2)))
 
 
+@pytest.mark.slow  # fast twin: the last assertion of test_adaptive_solve_agrees_with_flow_map
 def test_tsit5_path_matches_one_euler_step(getkey):
     process, _ = make_process(3)
     x = jr.normal(getkey(), (3,))

@@ -42,10 +42,16 @@ L, C = 3, 2
 
 
 def perturb(module, key, scale=0.3):
-    """Add N(0, scale^2) to every inexact array (random weights for likelihood checks)."""
+    """Add N(0, scale^2) to every inexact array (random weights for likelihood checks).
+
+    numpy draws seeded from ``key``: jax draws (and a ravel/unravel) compile once per shape.
+    """
+    rng = np.random.default_rng(np.asarray(jr.key_data(key)))
     params, static = eqx.partition(module, eqx.is_inexact_array)
-    flat, unravel = jax.flatten_util.ravel_pytree(params)  # one draw: one compiled RNG call
-    return eqx.combine(unravel(flat + scale * jr.normal(key, flat.shape, flat.dtype)), static)
+    noisy = jax.tree.map(
+        lambda a: jnp.asarray(np.asarray(a) + scale * rng.normal(size=a.shape), a.dtype), params
+    )
+    return eqx.combine(noisy, static)
 
 
 class ExactGaussianPredictor(AbstractGaussianPredictor):
@@ -97,6 +103,15 @@ def transporters(models):
 KINDS = ["made", pytest.param("transformer", marks=pytest.mark.slow)]
 
 
+# Shared compiled programs (same shapes in every test that uses them: one compile each).
+batched_traj = jax.jit(jax.vmap(forward_trajectory, in_axes=(0, 0, None)))
+
+
+@eqx.filter_jit
+def batched_nll(model, xs, ts, labels):
+    return jax.vmap(model.trajectory_nll, in_axes=(0, None, 0))(xs, ts, labels)
+
+
 @pytest.fixture(scope="module")
 def traj():
     ts = ntm_schedule(3, L, 0.02)
@@ -108,16 +123,28 @@ def traj():
 # Spec check 3: transporters
 
 
+@eqx.filter_jit
+def transporter_checks(tr, x, t, T):
+    """Everything the transporter tests read, in one compiled program per transporter.
+
+    (u, logdet) = f(x, t), f^-1(u), the Jacobian of x -> u, the Jacobian of each block, and
+    f^-1(x). ``t`` and ``T`` are arrays so one program serves every level (Python floats would be
+    static under filter_jit: one compile per value).
+    """
+    u, logdet = tr.forward(x, t, T)
+    jac = jax.jacobian(lambda x: tr.forward(x, t, T)[0])(x)
+    block_jacs = [jax.jacobian(lambda x, b=b: b.forward(x, t, T)[0])(x) for b in tr.blocks]
+    return u, logdet, tr.inverse(u, t, T), jac, block_jacs, tr.inverse(x, t, T)
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_transporter_inverse_and_logdet(transporters, kind, getkey):
     tr = transporters(kind)
     x = jr.normal(getkey(), (L, C))
-    fwd = eqx.filter_jit(lambda x, t: tr.forward(x, t, 3))
-    u, logdet = fwd(x, 0.4)
+    u, logdet, x_back, jac, _, _ = transporter_checks(tr, x, jnp.array(0.4), jnp.array(3.0))
     assert jnp.max(jnp.abs(u - x)) > 1e-2  # random weights: not the identity
-    np.testing.assert_allclose(eqx.filter_jit(tr.inverse)(u, 0.4, 3), x, atol=1e-10)
-    jac = jax.jit(jax.jacobian(lambda x: fwd(x, 0.4)[0]))(x).reshape(L * C, L * C)
-    sign, ref = jnp.linalg.slogdet(jac)
+    np.testing.assert_allclose(x_back, x, atol=1e-10)
+    sign, ref = jnp.linalg.slogdet(jac.reshape(L * C, L * C))
     assert sign == 1
     np.testing.assert_allclose(logdet, ref, atol=1e-8)
 
@@ -126,9 +153,10 @@ def test_transporter_inverse_and_logdet(transporters, kind, getkey):
 def test_transporter_blocks_are_strictly_causal(transporters, kind, getkey):
     """Block 0 reads tokens in order, block 1 reversed: token n sees only earlier tokens."""
     x = jr.normal(getkey(), (L, C))
-    for i, block in enumerate(transporters(kind).blocks):
-        fwd = lambda x, b=block: b.forward(x, jnp.array(0.3), jnp.array(3.0))[0]  # noqa: E731
-        jac = jax.jit(jax.jacobian(fwd))(x)  # (L, C, L, C)
+    _, _, _, _, block_jacs, _ = transporter_checks(
+        transporters(kind), x, jnp.array(0.3), jnp.array(3.0)
+    )
+    for i, jac in enumerate(block_jacs):  # each (L, C, L, C)
         for n in range(L):
             for m in range(L):
                 later = m > n if i % 2 == 0 else m < n
@@ -145,21 +173,36 @@ def test_zero_init_and_noise_level_are_identity(transporters, kind, getkey):
     u, logdet = eqx.filter_jit(zero.forward)(x, 0.3, 4)
     np.testing.assert_array_equal(u, x)
     assert logdet == 0.0
-    tr = transporters(kind)
-    u, logdet = eqx.filter_jit(tr.forward)(x, 1.0, 4)  # t = 1: identity
+    # t = 1: identity (the transporter's program from the tests above, at another level)
+    u, logdet, _, _, _, x_inv = transporter_checks(
+        transporters(kind), x, jnp.array(1.0), jnp.array(4.0)
+    )
     np.testing.assert_array_equal(u, x)
     assert logdet == 0.0
-    np.testing.assert_array_equal(eqx.filter_jit(tr.inverse)(x, 1.0, 4), x)
+    np.testing.assert_array_equal(x_inv, x)
 
 
-def test_float32_inverse_error_on_data_shape(getkey):
-    """Digits-sized state (16 tokens of 2x2 patches) in float32: inverse error < 1e-4."""
-    tr = TarFlowTransporter(16, 4, width=64, depth=2, zero_init=False, key=getkey())
+def _float32_inverse_error(tr, key):
+    seq_len, channels = tr.seq_len, tr.channels
     tr = jax.tree.map(lambda a: a.astype(jnp.float32) if eqx.is_inexact_array(a) else a, tr)
-    x = jr.uniform(getkey(), (16, 4), jnp.float32, -1, 1)
+    x = jr.uniform(key, (seq_len, channels), jnp.float32, -1, 1)
     u, logdet = eqx.filter_jit(tr.forward)(x, jnp.float32(0.05), 4)
     assert u.dtype == logdet.dtype == jnp.float32
     assert float(jnp.max(jnp.abs(eqx.filter_jit(tr.inverse)(u, jnp.float32(0.05), 4) - x))) < 1e-4
+
+
+@pytest.mark.slow
+def test_float32_inverse_error_on_data_shape(getkey):
+    """Digits-sized state (16 tokens of 2x2 patches) in float32: inverse error < 1e-4."""
+    tr = TarFlowTransporter(16, 4, width=64, depth=2, zero_init=False, key=getkey())
+    _float32_inverse_error(tr, getkey())
+
+
+def test_float32_inverse_error(models, getkey):
+    """Fast twin of the digits-sized check: the module's transporter cast to float32 keeps float32
+    and inverts to < 1e-4 (no new weights to draw: the draws compile a sampler per shape).
+    """
+    _float32_inverse_error(models["made"], getkey())
 
 
 # ------------------------------------------------------------------------------------------
@@ -172,21 +215,21 @@ def test_identity_transporter_reduces_to_gaussian_nll(models, traj):
     model = NTM(IdentityTransporter(), models["pred"])
     y = jnp.array(2)
     nll = eqx.filter_jit(model.trajectory_nll)(xs, ts, y)
-    ref = 0.5 * np.sum(np.asarray(xs[-1]) ** 2) + 0.5 * xs[-1].size * np.log(2 * np.pi)
+    xs, ts = np.asarray(xs), np.asarray(ts)  # numpy indexing: no eager slice compiles
+    ref = 0.5 * np.sum(xs[-1] ** 2) + 0.5 * xs[-1].size * np.log(2 * np.pi)
     predictor = eqx.filter_jit(lambda *a: models["pred"](*a, 3))  # eager: one compile per op
     for k in range(1, len(ts)):
         mu, log_sigma = predictor(xs[k], ts[k], ts[k - 1], y)
         mu, sd = np.asarray(mu), np.exp(np.asarray(log_sigma))
-        ref += np.sum(
-            0.5 * ((np.asarray(xs[k - 1]) - mu) / sd) ** 2 + np.log(sd * np.sqrt(2 * np.pi))
-        )
+        ref += np.sum(0.5 * ((xs[k - 1] - mu) / sd) ** 2 + np.log(sd * np.sqrt(2 * np.pi)))
     np.testing.assert_allclose(nll, ref, rtol=1e-10)
 
 
 def test_step_density_is_normalised(getkey):
     """Spec check 5: int p(x_s | x_t) dx_s = 1 on a fine grid (2 tokens, random weights)."""
-    tr = TarFlowTransporter(2, 1, width=8, depth=2, zero_init=False, key=getkey())
-    pred = perturb(MLPPredictor(2, 1, width=16, depth=2, key=getkey()), getkey(), 0.05)
+    # The training test's sizes: their weight draws (a sampler compiled per shape) are shared.
+    tr = TarFlowTransporter(2, 1, width=16, depth=1, zero_init=False, key=getkey())
+    pred = perturb(MLPPredictor(2, 1, width=32, depth=2, key=getkey()), getkey(), 0.05)
     model = NTM(perturb(tr, getkey(), 0.2), pred)
     # The trapezoid rule on a smooth, fast-decaying density converges exponentially in 1/h:
     # measured |mass - 1| < 1e-14 at 101, 151 and 301 points per axis (tolerance 1e-5).
@@ -219,11 +262,9 @@ def test_trajectory_nll_jit_vmap(models, traj, getkey):
     model = models["ntm"]
     nll = eqx.filter_jit(model.trajectory_nll)
     keys = jr.split(getkey(), 3)
-    batch = jax.vmap(forward_trajectory, in_axes=(0, 0, None))(
-        keys, jr.normal(getkey(), (3, L, C)), ts
-    )
+    batch = batched_traj(keys, jr.normal(getkey(), (3, L, C)), ts)
     labels = jnp.array([0, 1, 3])
-    batched = jax.jit(jax.vmap(model.trajectory_nll, in_axes=(0, None, 0)))(batch, ts, labels)
+    batched = batched_nll(model, batch, ts, labels)
     loop = [nll(b, ts, lab) for b, lab in zip(batch, labels, strict=True)]
     np.testing.assert_allclose(batched, loop, rtol=1e-12)
 
@@ -249,12 +290,18 @@ def test_sample_jit_and_invert(models, traj, getkey):
     _, ts = traj
     model = models["ntm"]
     key, y = getkey(), jnp.array(0)
-    x0, u_traj = eqx.filter_jit(model.sample)(key, ts, y, cfg_scale=jnp.array(1.5))
+
+    @eqx.filter_jit  # sample, inversion and the re-forward: one compiled program
+    def sample_and_invert(model, key, ts, y, cfg_scale):
+        x0, u_traj = model.sample(key, ts, y, cfg_scale=cfg_scale)
+        xs = model.invert_trajectory(u_traj, ts, y)
+        forward = lambda x, t: model.transporter.forward(x, t, 3)[0]  # noqa: E731
+        return x0, u_traj, xs, jax.vmap(forward)(xs[:-1], ts[:-1])
+
+    x0, u_traj, xs, u_back = sample_and_invert(model, key, ts, y, jnp.array(1.5))
     assert x0.shape == (L, C) and u_traj.shape == (len(ts), L, C)
-    xs = eqx.filter_jit(model.invert_trajectory)(u_traj, ts, y)
     np.testing.assert_allclose(xs[0], x0, atol=1e-12)
     np.testing.assert_array_equal(xs[-1], u_traj[-1])
-    u_back = jax.jit(jax.vmap(lambda x, t: models["made"].forward(x, t, 3)[0]))(xs[:-1], ts[:-1])
     np.testing.assert_allclose(u_back, u_traj[:-1], atol=1e-10)
 
 
@@ -296,15 +343,20 @@ def test_score_denoising_is_the_posterior_mean(getkey):
     ts = ntm_schedule(4, 2, 0.03)
     x0 = GAUSS_MEAN + np.sqrt(GAUSS_VAR) * jr.normal(getkey(), (2, 1))
     xs = forward_trajectory(getkey(), x0, ts)
-    den = jax.jit(trajectory_score_denoise)(model, xs, ts)
-    cov = np.asarray(trajectory_covariance(ts))
+
+    @eqx.filter_jit  # one program (eagerly, the covariance's small ops compile one by one)
+    def denoise(model, xs, ts):
+        clipped = trajectory_score_denoise(model, xs, ts, clip_percentile=50.0)
+        return trajectory_score_denoise(model, xs, ts), clipped, trajectory_covariance(ts)
+
+    den, clipped, cov = denoise(model, xs, ts)
+    cov = np.asarray(cov)
     a = 1 - np.asarray(ts)
     prec = 1 / GAUSS_VAR + a @ np.linalg.solve(cov, a)
     flat = np.asarray(xs)[:, :, 0]  # (T+1, 2)
     ref = (GAUSS_MEAN / GAUSS_VAR + a @ np.linalg.solve(cov, flat)) / prec
     np.testing.assert_allclose(den[0, :, 0], ref, rtol=1e-8, atol=1e-10)
     np.testing.assert_allclose(den[:, :, 0], np.broadcast_to(ref, (4, 2)), rtol=1e-8, atol=1e-10)
-    clipped = eqx.filter_jit(trajectory_score_denoise)(model, xs, ts, clip_percentile=50.0)
     assert clipped.shape == (4, 2, 1) and jnp.all(jnp.isfinite(clipped))
 
 
@@ -312,12 +364,11 @@ def test_elbo_is_exact_for_the_exact_model(getkey):
     """With the true reverse kernels the forward chain is the posterior: ELBO = log p(x_t0)."""
     model = exact_gaussian_ntm()
     ts = ntm_schedule(4, 2, 0.01)
-    x_t0 = jnp.array([[0.1], [0.9]])
-    var = (1 - ts[0]) ** 2 * GAUSS_VAR + ts[0] ** 2
-    ref = np.sum(
-        -0.5 * (x_t0 - (1 - ts[0]) * GAUSS_MEAN) ** 2 / var - 0.5 * np.log(2 * np.pi * var)
-    )
-    elbo = eqx.filter_jit(ntm_elbo)(getkey(), model, x_t0, ts, None, 3)
+    x_t0 = np.array([[0.1], [0.9]])  # numpy reference: no eager op compiles
+    t0 = float(ts[0])
+    var = (1 - t0) ** 2 * GAUSS_VAR + t0**2
+    ref = np.sum(-0.5 * (x_t0 - (1 - t0) * GAUSS_MEAN) ** 2 / var - 0.5 * np.log(2 * np.pi * var))
+    elbo = eqx.filter_jit(ntm_elbo)(getkey(), model, jnp.asarray(x_t0), ts, None, 3)
     np.testing.assert_allclose(elbo, ref, rtol=1e-10)
 
 
@@ -374,6 +425,8 @@ def test_exact_kernel_variance_monte_carlo(getkey):
     """
     exact = ExactGaussianPredictor(GAUSS_MEAN, GAUSS_VAR, 1, 1)
     ts, n = np.asarray(ntm_schedule(2, 1, 0.05)), 40000
+    # the float64 reference jitted (eagerly its ops compile one by one); t, s traced: one compile
+    exact_jit = jax.jit(lambda x, t, s: exact(x, t, s, None, 2))
     x0 = GAUSS_MEAN + np.sqrt(GAUSS_VAR) * np.asarray(jr.normal(getkey(), (n,)))
     noise = np.asarray(jr.normal(getkey(), (2, n)))
     for k in (1, 2):
@@ -381,7 +434,7 @@ def test_exact_kernel_variance_monte_carlo(getkey):
         x_s = (1 - s) * x0 + s * noise[0]
         alpha = (1 - t) / (1 - s)
         x_t = alpha * x_s + np.sqrt(t**2 - alpha**2 * s**2) * noise[1]
-        mu, log_sigma = exact(jnp.asarray(x_t), t, s, None, 2)
+        mu, log_sigma = exact_jit(x_t, jnp.asarray(t), jnp.asarray(s))
         z = (x_s - np.asarray(mu)) / np.exp(np.asarray(log_sigma))
         assert abs(z.mean()) < 5 / np.sqrt(n)
         assert abs(z.var() - 1) < 5 * np.sqrt(2 / n)
@@ -431,15 +484,16 @@ def test_ntm_loss_multi_T_and_modes(models, getkey, mode):
     if mode == "pairwise":
         assert jnp.isfinite(eqx.filter_jit(loss)(models["ntm"], (x0, y), getkey()))
     if mode == "end_to_end":  # one T: the mean trajectory NLL per dimension, by hand
+        # T = 3 and 3 examples: the reference reuses test_trajectory_nll_jit_vmap's programs.
         key = getkey()
-        one_t = ft.partial(ntm_loss, steps=(2,), t_min_range=(0.01, 0.01))
-        got = eqx.filter_jit(one_t)(models["ntm"], (x0[:2], y[:2]), key)
-        ts = ntm_schedule(2, L, 0.01)
-        keys = jr.split(jr.split(key)[1], 2)
-        k_traj = jax.vmap(lambda k: jr.split(k, 3)[1])(keys)
-        xs = jax.vmap(forward_trajectory, in_axes=(0, 0, None))(k_traj, x0[:2], ts)
-        nll = jax.jit(jax.vmap(models["ntm"].trajectory_nll, in_axes=(0, None, 0)))(xs, ts, y[:2])
-        np.testing.assert_allclose(got, jnp.sum(nll) / (2 * L * C), rtol=1e-10)
+        one_t = ft.partial(ntm_loss, steps=(3,), t_min_range=(0.01, 0.01))
+        got = eqx.filter_jit(one_t)(models["ntm"], (x0[:3], y[:3]), key)
+        ts = ntm_schedule(3, L, 0.01)
+        keys = jr.split(jr.split(key)[1], 3)
+        k_traj = jax.jit(jax.vmap(lambda k: jr.split(k, 3)[1]))(keys)
+        xs = batched_traj(k_traj, x0[:3], ts)
+        nll = batched_nll(models["ntm"], xs, ts, y[:3])
+        np.testing.assert_allclose(got, jnp.sum(nll) / (3 * L * C), rtol=1e-10)
 
 
 def _toy_batches(key):
@@ -615,10 +669,13 @@ def test_bad_input(models, traj, getkey):
         models["pred"](xs[1], ts[1], ts[0], jnp.array(1.0), 3)
     with pytest.raises(eqx.EquinoxRuntimeError, match="class id"):
         model.trajectory_nll(xs, ts, jnp.array(7))
+    # Both errors come before any weight is read: an abstract (shape-only) unconditional predictor
+    # (a real one draws its default-width weights: a sampler compiled per new shape, ~1 s).
+    uncond = NTM(IdentityTransporter(), eqx.filter_eval_shape(MLPPredictor, L, C, key=getkey()))
     with pytest.raises(ValueError, match="unconditional"):
-        NTM(IdentityTransporter(), MLPPredictor(L, C, key=getkey())).trajectory_nll(xs, ts, y)
+        uncond.trajectory_nll(xs, ts, y)
     with pytest.raises(ValueError, match="cfg_scale"):
-        NTM(IdentityTransporter(), MLPPredictor(L, C, key=getkey())).sample(getkey(), ts, None, 1.0)
+        uncond.sample(getkey(), ts, None, 1.0)
     with pytest.raises(ValueError, match="guidance weight"):
         model.sample(getkey(), ts, y, -1.0)
     with pytest.raises(eqx.EquinoxRuntimeError, match="end at"):
@@ -629,7 +686,7 @@ def test_bad_input(models, traj, getkey):
         model.step_log_prob(xs[1], xs[0], ts[1], ts[0], y, 3)
     with pytest.raises(ValueError, match="conditioner"):
         TarFlowTransporter(L, C, conditioner="coupling", key=getkey())
-    batch = (jr.normal(getkey(), (4, L, C)), jnp.array([0, 1, 2, 0]))
+    batch = (jr.normal(getkey(), (3, L, C)), jnp.array([0, 1, 2]))  # 3: a compiled draw reused
     with pytest.raises(ValueError, match="mode"):
         ntm_loss(model, batch, getkey(), mode="joint")
     with pytest.raises(ValueError, match="t_min_range"):
