@@ -2,6 +2,7 @@
 
 import functools as ft
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
@@ -13,15 +14,20 @@ import jaxgen.transformers as T
 
 @pytest.fixture(scope="module")
 def task():
-    pieces = T.sample_mixture(jr.key(0), 4, 2)
-    return T.sample_task(jr.key(1), pieces, 120, num_queries=4, J=8)
-
-
-def _lp(task, h=0.4, h_pca=0.4, ridge=0.0):
-    U = jax.vmap(lambda q: T.local_pca_tangent(task.x, q, h_pca, 1))(task.xq)
+    # one compiled draw (sample_mixture and sample_task work under jit with their sizes static)
     return jax.jit(
-        jax.vmap(lambda q, u: T.local_poly_predict(task.x, task.y, q, u, h, ridge=ridge))
-    )(task.xq, U)
+        lambda k0, k1: T.sample_task(k1, T.sample_mixture(k0, 4, 2), 120, num_queries=4, J=8)
+    )(jr.key(0), jr.key(1))
+
+
+@jax.jit
+def _lp(task, h=0.4, h_pca=0.4, ridge=0.0):
+    """Tangent local-linear predictions at the queries; one compiled program for every task of
+    the same shapes (bandwidths traced)."""
+    U = jax.vmap(lambda q: T.local_pca_tangent(task.x, q, h_pca, 1))(task.xq)
+    return jax.vmap(lambda q, u: T.local_poly_predict(task.x, task.y, q, u, h, ridge=ridge))(
+        task.xq, U
+    )
 
 
 def test_polynomial_reproduction(getkey):
@@ -32,8 +38,9 @@ def test_polynomial_reproduction(getkey):
     y = 1.0 + u[:, 0] - 2 * u[:, 1] + 0.5 * u[:, 0] * u[:, 1] + u[:, 1] ** 2
     x0 = jnp.asarray([0.2, -0.1]) @ R[:, :2].T + 0.3
     f0 = 1.0 + 0.2 + 0.2 - 0.01 + 0.01
-    for h in (0.3, 3.0):
-        got = T.local_poly_predict(x, y, x0, R[:, :2], h, degree=2, ridge=0.0)
+    lp2 = jax.jit(lambda h: T.local_poly_predict(x, y, x0, R[:, :2], h, degree=2, ridge=0.0))
+    for h in (0.3, 3.0):  # one compiled program, h traced (eager == jit: estimator tests)
+        got = lp2(h)
         np.testing.assert_allclose(got, f0, atol=1e-8)
 
 
@@ -87,8 +94,9 @@ def test_linear_attention_one_gd_step(getkey):
 
 
 def test_bayes_weight_space_equals_function_space():
-    pieces = T.sample_mixture(jr.key(2), 3, 2)
-    task = T.sample_task(jr.key(3), pieces, 40, num_queries=3, J=8)
+    task = jax.jit(
+        lambda k0, k1: T.sample_task(k1, T.sample_mixture(k0, 3, 2), 40, num_queries=3, J=8)
+    )(jr.key(2), jr.key(3))
     bayes_predict = jax.jit(T.bayes_predict, static_argnames=("beta", "J", "sigma"))
     fs = bayes_predict(task, beta=1.5, J=8, sigma=0.1)  # n = 40 > F = 16: weight space
     sub = task._replace(
@@ -116,10 +124,11 @@ def test_ridge_and_kernel_ridge_vs_references(task):
     xb, yb = X.mean(0), y.mean()
     Xc = X - xb
     ref = yb + (q - xb) @ np.linalg.solve(Xc.T @ Xc + 0.3 * np.eye(4), Xc.T @ (y - yb))
-    np.testing.assert_allclose(T.ridge_predict(task.x, task.y, task.xq[0], 0.3), ref, rtol=1e-10)
+    ridge = jax.jit(T.ridge_predict)  # eager == jit: test_estimators_eager_jit_vmap_loop
+    np.testing.assert_allclose(ridge(task.x, task.y, task.xq[0], 0.3), ref, rtol=1e-10)
     sk = pytest.importorskip("sklearn.kernel_ridge")
     kr = sk.KernelRidge(alpha=0.1, kernel="rbf", gamma=1 / (2 * 0.5**2)).fit(X, y)
-    got = T.kernel_ridge_predict(task.x, task.y, task.xq[0], 0.5, 0.1)
+    got = jax.jit(T.kernel_ridge_predict)(task.x, task.y, task.xq[0], 0.5, 0.1)
     np.testing.assert_allclose(got, kr.predict(q[None])[0], rtol=1e-8)
 
 
@@ -189,8 +198,8 @@ def test_ambient_dimension_independence():
     # rank-deficient ambient system with pinv, whose minimum-norm solution ignores the padded
     # directions, so it is invariant to an exact isometric embedding as well (checked here).
     kr = pytest.importorskip("statsmodels.nonparametric.kernel_regression")
-    ll = jax.vmap(lambda q: T.local_poly_predict(x3, y, q, jnp.eye(3), 0.3, ridge=0.0))(q3)
-    nw = jax.vmap(lambda q: T.nadaraya_watson(x3, y, q, 0.3))(q3)
+    ll = jax.jit(jax.vmap(lambda q: T.local_poly_predict(x3, y, q, jnp.eye(3), 0.3, ridge=0.0)))(q3)
+    nw = jax.jit(jax.vmap(lambda q: T.nadaraya_watson(x3, y, q, 0.3)))(q3)
     for D, x, q in ((3, x3, q3), (30, x30, q30)):
         for reg, ours in (("ll", ll), ("lc", nw)):
             ref = kr.KernelReg(np.asarray(y), np.asarray(x), "c" * D, reg_type=reg, bw=[0.3] * D)
@@ -248,11 +257,18 @@ def _train_and_compare(cls, steps):
                 key=jr.key(0))  # fmt: skip
     res = fit(T.icl_loss, model, batches, adamw_cosine(3e-3, steps), num_steps=steps,
               key=jr.key(1), progress=False)  # fmt: skip
-    held = jax.jit(ft.partial(T.task_batch, **{**_TRAIN, "batch": 256}))(jr.key(99))
+    mse, const = _held_out(res.model, jr.key(99))
+    return float(mse), float(const), res.losses
+
+
+@eqx.filter_jit
+def _held_out(model, key):
+    """Held-out MSE of ``model`` and of the context-mean predictor on 256 fresh tasks (one
+    compiled program: the batch draw and both losses)."""
+    held = T.task_batch(key, **{**_TRAIN, "batch": 256})
     m = held.mask.astype(held.y.dtype)
     ybar = jnp.sum(held.y * m, 1) / jnp.sum(m, 1)
-    const = float(jnp.mean((ybar[:, None] - held.yq) ** 2))
-    return float(jax.jit(T.icl_loss)(res.model, held, None)), const, res.losses
+    return T.icl_loss(model, held, None), jnp.mean((ybar[:, None] - held.yq) ** 2)
 
 
 def test_linear_attention_training_beats_constant():
