@@ -332,8 +332,8 @@ def test_losses_eager_jit_vmap_grad(loss_setup, closed_value_and_grad):
             g, x, s, key=k, noise=LAPLACE, bandwidths=h, kernel="laplace"
         )
 
-    loop = jnp.stack([marg(gmm, k) for k in keys])  # eager, one key at a time
-    # values and weight gradients of the three keys in one compiled vmap: jit + vmap == eager loop
+    loop = jnp.stack([marg(gmm, k) for k in keys])  # direct calls, one key at a time
+    # values and weight gradients of the three keys in one compiled vmap: vmap == loop
     vals, grads = eqx.filter_jit(
         lambda g, ks: jax.vmap(eqx.filter_value_and_grad(marg), in_axes=(None, 0))(g, ks)
     )(gmm, keys)
