@@ -89,7 +89,7 @@ def test_linear_attention_one_gd_step(getkey):
     object.__setattr__(lsa, "W_O", jnp.eye(D + 1)[None])
     Z = jnp.concatenate([jnp.concatenate([x, y[:, None]], 1), jnp.append(xq, 0.0)[None]])
     mask = jnp.arange(n + 1) < n
-    out = lsa(Z, mask)[-1, -1]
+    out = eqx.filter_jit(lsa)(Z, mask)[-1, -1]
     np.testing.assert_allclose(out, eta / n * (y @ x) @ xq, atol=1e-6)
 
 
@@ -253,8 +253,11 @@ def _train_and_compare(cls, steps):
     from jaxgen.core import adamw_cosine, fit
 
     batches = ft.partial(T.task_batch, **_TRAIN)
-    model = cls(2, dim=16, num_layers=1, num_heads=2, num_frequencies=16, frequency_scale=1.0,
-                key=jr.key(0))  # fmt: skip
+    model = eqx.filter_jit(  # initialised as one compiled program, not op by op
+        lambda k: cls(
+            2, dim=16, num_layers=1, num_heads=2, num_frequencies=16, frequency_scale=1.0, key=k
+        )  # fmt: skip
+    )(jr.key(0))
     res = fit(T.icl_loss, model, batches, adamw_cosine(3e-3, steps), num_steps=steps,
               key=jr.key(1), progress=False)  # fmt: skip
     mse, const = _held_out(res.model, jr.key(99))
