@@ -256,7 +256,7 @@ def _train_and_compare(cls, steps):
     model = eqx.filter_jit(  # initialised as one compiled program, not op by op
         lambda k: cls(
             2, dim=16, num_layers=1, num_heads=2, num_frequencies=16, frequency_scale=1.0, key=k
-        )  # fmt: skip
+        )
     )(jr.key(0))
     res = fit(T.icl_loss, model, batches, adamw_cosine(3e-3, steps), num_steps=steps,
               key=jr.key(1), progress=False)  # fmt: skip
