@@ -88,6 +88,10 @@ def test_check5_snis_black_box_matches_closed_form(snis_run):
     assert 1.5 < float(mean[-1, 0]) < 40.0
 
 
+# Slow: SNIS's code is the same for every noise but for `noise.log_density` / `noise.sample`,
+# whose Laplace forms are checked against scipy in test_noise_log_density_charfn_and_samples;
+# the estimator itself keeps its fast check against the closed form (check 5 above).
+@pytest.mark.slow
 def test_snis_laplace_noise_matches_quadrature(getkey):
     gmm = _gmm(1)
     x, s = jnp.array([[-2.0], [0.5], [3.0]]), jnp.array([[0.7], [1.0], [0.4]])
