@@ -52,16 +52,20 @@ def test_rigid_motion_and_padding(task, getkey):
     pad = jnp.concatenate([task.x, 100.0 + jnp.zeros((7, 4))])
     ypad = jnp.concatenate([task.y, jnp.ones(7)])
     mask = jnp.arange(pad.shape[0]) < task.x.shape[0]
-    for fn in (
+    fns = (
         lambda x, y, q, m: T.nadaraya_watson(x, y, q, 0.3, mask=m),
         lambda x, y, q, m: T.ridge_predict(x, y, q, 0.1, mask=m),
         lambda x, y, q, m: T.kernel_ridge_predict(x, y, q, 0.5, 0.1, mask=m),
         lambda x, y, q, m: T.knn_predict(x, y, q, 5, mask=m),
         T.TwoStageConstruction(d=1, h_pca=0.4, h=0.4),
-    ):
-        fn = jax.jit(fn)  # eager == jit is checked in test_models_eager_jit_vmap_loop
-        a = fn(task.x, task.y, task.xq[0], None)
-        np.testing.assert_allclose(fn(pad, ypad, task.xq[0], mask), a, rtol=1e-9, atol=1e-12)
+    )
+
+    @jax.jit  # all five, unpadded and padded, in one program (eager == jit: estimator tests)
+    def unpadded_and_padded(x, y, pad, ypad, q, mask):
+        return [(fn(x, y, q, None), fn(pad, ypad, q, mask)) for fn in fns]
+
+    for a, padded in unpadded_and_padded(task.x, task.y, pad, ypad, task.xq[0], mask):
+        np.testing.assert_allclose(padded, a, rtol=1e-9, atol=1e-12)
 
 
 def test_construction_equals_local_linear(task):
@@ -108,10 +112,12 @@ def test_bayes_weight_space_equals_function_space():
     kern = jax.jit(
         jax.vmap(jax.vmap(lambda a, b: prior_kernel(a, b, beta=1.5, J=8), (None, 0)), (0, None))
     )
+    both = np.asarray(kern(jnp.concatenate([sub.coords, sub.coords_q]), sub.coords))
+    K_all, k_all = both[:12], both[12:]  # context-context and query-context, one program
     for q in range(3):
         same = np.asarray(sub.piece == sub.piece_q[q])
-        K = np.asarray(kern(sub.coords, sub.coords))[np.ix_(same, same)]
-        k = np.asarray(kern(sub.coords_q[q : q + 1], sub.coords))[0][same]
+        K = K_all[np.ix_(same, same)]
+        k = k_all[q][same]
         ref = k @ np.linalg.solve(K + 0.01 * np.eye(same.sum()), np.asarray(sub.y)[same])
         np.testing.assert_allclose(bayes_predict(sub, beta=1.5, J=8, sigma=0.1)[q], ref, rtol=1e-8)
     assert fs.shape == (3,)
@@ -238,7 +244,9 @@ def tiny_batch():
 @pytest.mark.parametrize("cls", [T.LinearAttentionICL, T.SoftmaxICL])
 def test_models_eager_jit_vmap_loop(tiny_batch, cls):
     b = tiny_batch
-    model = cls(3, dim=8, num_layers=1, num_heads=2, num_frequencies=4, key=jr.key(0))
+    model = eqx.filter_jit(  # compiled initialisation; the forward pass below runs eagerly
+        lambda k: cls(3, dim=8, num_layers=1, num_heads=2, num_frequencies=4, key=k)
+    )(jr.key(0))
     batched = jax.jit(jax.vmap(model))(b.x, b.y, b.xq, b.mask)
     loop = jnp.stack([model(b.x[i], b.y[i], b.xq[i], b.mask[i]) for i in range(2)])  # eager
     np.testing.assert_allclose(batched, loop, rtol=1e-9, atol=1e-12)  # vmap + jit == eager loop
