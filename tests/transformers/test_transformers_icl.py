@@ -235,17 +235,26 @@ def test_estimators_eager_jit_vmap_loop(task, name):
 
 
 @pytest.fixture(scope="module")
-def tiny_batch():
-    return jax.jit(
-        lambda k: T.task_batch(k, batch=2, n_min=10, n_max=14, D=3, kappa=0.0, J=4, num_queries=2)
-    )(jr.key(7))
+def tiny_batch(task):
+    """Two padded contexts (14 slots, 12 real) with two queries each, cut from the module's
+    task: slicing, no extra compiled task draw."""
+    cut = lambda a, size: jnp.stack([a[:size], a[size : 2 * size]])  # noqa: E731
+    return T.ICLBatch(
+        x=cut(task.x, 14),
+        y=cut(task.y, 14),
+        mask=jnp.broadcast_to(jnp.arange(14) < 12, (2, 14)),
+        xq=cut(task.xq, 2),
+        yq=cut(task.fq, 2),
+        fq=cut(task.fq, 2),
+        n=jnp.asarray(12),
+    )
 
 
 @pytest.mark.parametrize("cls", [T.LinearAttentionICL, T.SoftmaxICL])
 def test_models_eager_jit_vmap_loop(tiny_batch, cls):
     b = tiny_batch
     model = eqx.filter_jit(  # compiled initialisation; the forward pass below runs eagerly
-        lambda k: cls(3, dim=8, num_layers=1, num_heads=2, num_frequencies=4, key=k)
+        lambda k: cls(4, dim=8, num_layers=1, num_heads=2, num_frequencies=4, key=k)
     )(jr.key(0))
     batched = jax.jit(jax.vmap(model))(b.x, b.y, b.xq, b.mask)
     loop = jnp.stack([model(b.x[i], b.y[i], b.xq[i], b.mask[i]) for i in range(2)])  # eager
