@@ -87,8 +87,20 @@ def _rows(key: PRNGKeyArray, *, data: tuple[Array, Array], batch_size: int) -> t
     return jax.tree_util.tree_map(lambda a: a[idx], data)
 
 
-@ft.lru_cache(maxsize=32)
 def _optimizer(
+    learning_rate: float, num_steps: int, warmup: int, weight_decay: float, clip_norm: float
+) -> optax.GradientTransformation:
+    """`_cached_optimizer`, or a fresh one when an argument is not hashable (e.g. an array)."""
+    try:
+        return _cached_optimizer(learning_rate, num_steps, warmup, weight_decay, clip_norm)
+    except TypeError:
+        return _cached_optimizer.__wrapped__(
+            learning_rate, num_steps, warmup, weight_decay, clip_norm
+        )
+
+
+@ft.lru_cache(maxsize=32)
+def _cached_optimizer(
     learning_rate: float, num_steps: int, warmup: int, weight_decay: float, clip_norm: float
 ) -> optax.GradientTransformation:
     """One optimiser object per configuration: `fit` keys its compiled chunk on the optimiser
