@@ -1,15 +1,17 @@
 """Fitting a sieve prior by minimising convMMD with `jaxgen.core.fit`."""
 
+import functools as ft
 from typing import NamedTuple
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 import optax
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from ..core import FitResult, adamw_cosine, check_kernel, fit, minibatches
+from ..core import FitResult, adamw_cosine, check_kernel, fit
 from ._losses import (
     check_bandwidths,
     convmmd_loss,
@@ -74,6 +76,47 @@ def _initial_bandwidths(
 
 
 _LOSS_FNS = {"sample": _sample_loss, "marginal": _marginal_loss, "closed": _closed_loss}
+
+
+def _rows(key: PRNGKeyArray, *, data: tuple[Array, Array], batch_size: int) -> tuple[Array, Array]:
+    """`jaxgen.core.minibatches`' draw (the same rows for the same key) as a module-level
+    function: wrapped in `eqx.Partial` the data are dynamic arguments of the compiled chunk
+    rather than a fresh closure (and baked-in constants) per call.
+    """
+    idx = jr.randint(key, (batch_size,), 0, data[0].shape[0])
+    return jax.tree_util.tree_map(lambda a: a[idx], data)
+
+
+def _optimizer(
+    learning_rate: float, num_steps: int, warmup: int, weight_decay: float, clip_norm: float
+) -> optax.GradientTransformation:
+    """`_cached_optimizer`, or a fresh one when an argument is not hashable (e.g. an array)."""
+    try:
+        return _cached_optimizer(learning_rate, num_steps, warmup, weight_decay, clip_norm)
+    except TypeError:
+        return _cached_optimizer.__wrapped__(
+            learning_rate, num_steps, warmup, weight_decay, clip_norm
+        )
+
+
+@ft.lru_cache(maxsize=32)
+def _cached_optimizer(
+    learning_rate: float, num_steps: int, warmup: int, weight_decay: float, clip_norm: float
+) -> optax.GradientTransformation:
+    """One optimiser object per configuration: `fit` keys its compiled chunk on the optimiser
+    (a static argument, compared by identity of its functions), so a fresh object per call
+    recompiled every `fit_convmmd` call; repeated calls (seeds, restarts) now reuse it.
+    """
+    return optax.apply_if_finite(
+        adamw_cosine(
+            learning_rate,
+            num_steps,
+            warmup_steps=warmup,
+            weight_decay=weight_decay,
+            clip_norm=clip_norm,
+        ),
+        max_consecutive_errors=100,
+    )
 
 
 def fit_convmmd(
@@ -150,21 +193,12 @@ def fit_convmmd(
         bandwidths = _initial_bandwidths(prior, x, scales, bkey, noise)
     h = check_bandwidths(bandwidths, x.dtype)
     warmup = min(200, num_steps // 10) if warmup_steps is None else warmup_steps
-    optimizer = optax.apply_if_finite(
-        adamw_cosine(
-            learning_rate,
-            num_steps,
-            warmup_steps=warmup,
-            weight_decay=weight_decay,
-            clip_norm=clip_norm,
-        ),
-        max_consecutive_errors=100,
-    )
+    optimizer = _optimizer(learning_rate, num_steps, warmup, weight_decay, clip_norm)
     loss_fn = eqx.Partial(_LOSS_FNS[loss], noise=noise, bandwidths=h, kernel=kernel)
     result = fit(
         loss_fn,
         prior,
-        minibatches((x, scales), batch_size),
+        eqx.Partial(_rows, data=(x, scales), batch_size=batch_size),
         optimizer,
         num_steps=num_steps,
         key=run_key,

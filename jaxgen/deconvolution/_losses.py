@@ -108,6 +108,7 @@ def _prepare(x: Array, scales: Array, noise: NoiseModel, bandwidths: Array, kern
     return x, scales.astype(x.dtype), check_bandwidths(bandwidths, x.dtype)
 
 
+@eqx.filter_jit  # one program per shape/noise/kernel: direct calls do not dispatch op by op
 def convmmd_loss(
     prior: eqx.Module,
     x: Float[Array, "b dim"],
@@ -149,6 +150,7 @@ def convmmd_loss(
     return mmd2_from_grams(*grams) / h.shape[0]
 
 
+@eqx.filter_jit  # one program per shape/noise/kernel: direct calls do not dispatch op by op
 def convmmd_loss_gmm_marginal(
     gmm: GaussianMixture,
     x: Float[Array, "b dim"],
@@ -200,6 +202,7 @@ def _gauss_expect(delta: Array, cov: Array, h2: Array) -> Array:
     return jnp.exp(-0.5 * (log_det - d * jnp.log(h2)) - 0.5 * quad)
 
 
+@eqx.filter_jit  # one program per shape/noise/kernel: direct calls do not dispatch op by op
 def convmmd_loss_gmm_closed(
     gmm: GaussianMixture,
     x: Float[Array, "b dim"],

@@ -33,22 +33,40 @@ def _random_scores(key, n=64, t=5):
     return jnp.where(valid, S, jnp.nan), valid
 
 
+@jax.jit  # every hand-case metric in one compiled program (eager == jit: see below)
+def _hand_metrics(S, valid, tie):
+    return dict(
+        rank=on_target_rank(S, valid),
+        gap=selectivity_gap(S, valid),
+        mean=off_aggregate(S, valid, how="mean"),
+        top1=top1_rate(S, valid),
+        top1_tie=top1_rate(tie),
+        panel=panel_hits(S, valid, margin=0.0),
+        panel_abs=panel_hits(S, valid, absolute=-8.5),
+        success=success_rate(S, valid, margin=1.0, on_threshold=-7.0),
+        shr=selective_hit_rate(S, valid),
+        shr_off=selective_hit_rate(S, valid, off_threshold=-7.5),
+        freq=hit_frequency(S, valid),
+    )
+
+
 def test_hand_cases_ties_nan_and_failures():
     S = jnp.array([[-8.0, -8.0, -9.0], [-9.0, -7.0, jnp.nan], [jnp.nan, -7.0, -6.0]])
     valid = ~jnp.isnan(S)
-    np.testing.assert_allclose(on_target_rank(S, valid)[:2], [2.5, 1.0])
-    assert jnp.isnan(on_target_rank(S, valid)[2])  # on-target failed: not evaluable
-    np.testing.assert_allclose(selectivity_gap(S, valid)[:2], [-1.0, 2.0])
-    np.testing.assert_allclose(off_aggregate(S, valid, how="mean")[:2], [-8.5, -7.0])
+    m = _hand_metrics(S, valid, jnp.array([[-8.0, -8.0, -7.0]]))
+    np.testing.assert_allclose(m["rank"][:2], [2.5, 1.0])
+    assert jnp.isnan(m["rank"][2])  # on-target failed: not evaluable
+    np.testing.assert_allclose(m["gap"][:2], [-1.0, 2.0])
+    np.testing.assert_allclose(m["mean"][:2], [-8.5, -7.0])
     # top-1: row 0 has a better off-target (0), row 1 is best (1): rate over 2 evaluable rows
-    np.testing.assert_allclose(top1_rate(S, valid), 0.5)
-    np.testing.assert_allclose(top1_rate(jnp.array([[-8.0, -8.0, -7.0]])), 0.5)  # a tie halves
-    np.testing.assert_allclose(panel_hits(S, valid, margin=0.0)[:2], [2.0, 0.0])
-    np.testing.assert_allclose(panel_hits(S, valid, absolute=-8.5)[:2], [1.0, 0.0])
-    np.testing.assert_allclose(success_rate(S, valid, margin=1.0, on_threshold=-7.0), 0.5)
-    np.testing.assert_allclose(selective_hit_rate(S, valid), 0.0)  # -7 is not > -7
-    np.testing.assert_allclose(selective_hit_rate(S, valid, off_threshold=-7.5), 0.5)
-    np.testing.assert_allclose(hit_frequency(S, valid), [0.5, 1.0])
+    np.testing.assert_allclose(m["top1"], 0.5)
+    np.testing.assert_allclose(m["top1_tie"], 0.5)  # a tie halves
+    np.testing.assert_allclose(m["panel"][:2], [2.0, 0.0])
+    np.testing.assert_allclose(m["panel_abs"][:2], [1.0, 0.0])
+    np.testing.assert_allclose(m["success"], 0.5)
+    np.testing.assert_allclose(m["shr"], 0.0)  # -7 is not > -7
+    np.testing.assert_allclose(m["shr_off"], 0.5)
+    np.testing.assert_allclose(m["freq"], [0.5, 1.0])
     out = summarize(S, valid)
     assert out["num_evaluable"] == 2 and out["failures_per_target"] == [1, 0, 1]
     with pytest.raises(ValueError, match="no molecule has a valid on-target"):
@@ -77,10 +95,13 @@ def test_row_shift_and_off_permutation_invariance(getkey):
         lambda s, v: top1_rate(s, v),
         lambda s, v: success_rate(s, v, margin=0.5, on_threshold=None),
     ]
-    for fn in fns:
-        base = fn(S, valid)
-        np.testing.assert_allclose(fn(S + shift, valid), base, rtol=1e-12, atol=1e-12)
-        np.testing.assert_allclose(fn(S[:, perm], valid[:, perm]), base, rtol=1e-12, atol=1e-12)
+    # the five metrics of the three score matrices in one compiled vmapped call
+    batch = (jnp.stack([S, S + shift, S[:, perm]]), jnp.stack([valid, valid, valid[:, perm]]))
+    outs = jax.jit(jax.vmap(lambda s, v: [fn(s, v) for fn in fns]))(*batch)
+    for out in outs:
+        base, shifted, permuted = out
+        np.testing.assert_allclose(shifted, base, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(permuted, base, rtol=1e-12, atol=1e-12)
 
 
 def test_rates_are_monotone(getkey):
@@ -98,13 +119,20 @@ def test_rates_are_monotone(getkey):
 def test_exchangeable_null_calibration():
     n, t = 20000, 5
     S = jr.normal(jr.key(11), (n, t))
-    se = 4 * np.sqrt(0.16 / n)
-    assert abs(float(top1_rate(S)) - 0.2) <= se
-    assert abs(float(jnp.mean(on_target_rank(S))) - 3.0) <= 0.05
     labels = jr.randint(jr.key(12), (n,), 0, t)
-    per, macro = cross_target_auroc(S, labels)
+    top1, rank, (per, macro), counts = jax.jit(
+        lambda S, labels: (
+            top1_rate(S),
+            on_target_rank(S),
+            cross_target_auroc(S, labels),
+            jnp.sum(labels[:, None] == jnp.arange(t)[None, :], 0),
+        )
+    )(S, labels)  # one compiled program
+    se = 4 * np.sqrt(0.16 / n)
+    assert abs(float(top1) - 0.2) <= se
+    assert abs(float(jnp.mean(rank)) - 3.0) <= 0.05
     for a in range(t):
-        n_pos = int(jnp.sum(labels == a))
+        n_pos = int(counts[a])
         n_neg = n - n_pos
         tol = 4 * np.sqrt((n_pos + n_neg + 1) / (12 * n_pos * n_neg))
         assert abs(float(per[a]) - 0.5) <= tol

@@ -2,6 +2,7 @@
 
 import functools as ft
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
@@ -13,15 +14,20 @@ import jaxgen.transformers as T
 
 @pytest.fixture(scope="module")
 def task():
-    pieces = T.sample_mixture(jr.key(0), 4, 2)
-    return T.sample_task(jr.key(1), pieces, 120, num_queries=4, J=8)
-
-
-def _lp(task, h=0.4, h_pca=0.4, ridge=0.0):
-    U = jax.vmap(lambda q: T.local_pca_tangent(task.x, q, h_pca, 1))(task.xq)
+    # one compiled draw (sample_mixture and sample_task work under jit with their sizes static)
     return jax.jit(
-        jax.vmap(lambda q, u: T.local_poly_predict(task.x, task.y, q, u, h, ridge=ridge))
-    )(task.xq, U)
+        lambda k0, k1: T.sample_task(k1, T.sample_mixture(k0, 4, 2), 120, num_queries=4, J=8)
+    )(jr.key(0), jr.key(1))
+
+
+@jax.jit
+def _lp(task, h=0.4, h_pca=0.4, ridge=0.0):
+    """Tangent local-linear predictions at the queries; one compiled program for every task of
+    the same shapes (bandwidths traced)."""
+    U = jax.vmap(lambda q: T.local_pca_tangent(task.x, q, h_pca, 1))(task.xq)
+    return jax.vmap(lambda q, u: T.local_poly_predict(task.x, task.y, q, u, h, ridge=ridge))(
+        task.xq, U
+    )
 
 
 def test_polynomial_reproduction(getkey):
@@ -32,8 +38,9 @@ def test_polynomial_reproduction(getkey):
     y = 1.0 + u[:, 0] - 2 * u[:, 1] + 0.5 * u[:, 0] * u[:, 1] + u[:, 1] ** 2
     x0 = jnp.asarray([0.2, -0.1]) @ R[:, :2].T + 0.3
     f0 = 1.0 + 0.2 + 0.2 - 0.01 + 0.01
-    for h in (0.3, 3.0):
-        got = T.local_poly_predict(x, y, x0, R[:, :2], h, degree=2, ridge=0.0)
+    lp2 = jax.jit(lambda h: T.local_poly_predict(x, y, x0, R[:, :2], h, degree=2, ridge=0.0))
+    for h in (0.3, 3.0):  # one compiled program, h traced (eager == jit: estimator tests)
+        got = lp2(h)
         np.testing.assert_allclose(got, f0, atol=1e-8)
 
 
@@ -45,16 +52,20 @@ def test_rigid_motion_and_padding(task, getkey):
     pad = jnp.concatenate([task.x, 100.0 + jnp.zeros((7, 4))])
     ypad = jnp.concatenate([task.y, jnp.ones(7)])
     mask = jnp.arange(pad.shape[0]) < task.x.shape[0]
-    for fn in (
+    fns = (
         lambda x, y, q, m: T.nadaraya_watson(x, y, q, 0.3, mask=m),
         lambda x, y, q, m: T.ridge_predict(x, y, q, 0.1, mask=m),
         lambda x, y, q, m: T.kernel_ridge_predict(x, y, q, 0.5, 0.1, mask=m),
         lambda x, y, q, m: T.knn_predict(x, y, q, 5, mask=m),
         T.TwoStageConstruction(d=1, h_pca=0.4, h=0.4),
-    ):
-        fn = jax.jit(fn)  # eager == jit is checked in test_models_eager_jit_vmap_loop
-        a = fn(task.x, task.y, task.xq[0], None)
-        np.testing.assert_allclose(fn(pad, ypad, task.xq[0], mask), a, rtol=1e-9, atol=1e-12)
+    )
+
+    @jax.jit  # all five, unpadded and padded, in one program (eager == jit: estimator tests)
+    def unpadded_and_padded(x, y, pad, ypad, q, mask):
+        return [(fn(x, y, q, None), fn(pad, ypad, q, mask)) for fn in fns]
+
+    for a, padded in unpadded_and_padded(task.x, task.y, pad, ypad, task.xq[0], mask):
+        np.testing.assert_allclose(padded, a, rtol=1e-9, atol=1e-12)
 
 
 def test_construction_equals_local_linear(task):
@@ -82,13 +93,14 @@ def test_linear_attention_one_gd_step(getkey):
     object.__setattr__(lsa, "W_O", jnp.eye(D + 1)[None])
     Z = jnp.concatenate([jnp.concatenate([x, y[:, None]], 1), jnp.append(xq, 0.0)[None]])
     mask = jnp.arange(n + 1) < n
-    out = lsa(Z, mask)[-1, -1]
+    out = eqx.filter_jit(lsa)(Z, mask)[-1, -1]
     np.testing.assert_allclose(out, eta / n * (y @ x) @ xq, atol=1e-6)
 
 
 def test_bayes_weight_space_equals_function_space():
-    pieces = T.sample_mixture(jr.key(2), 3, 2)
-    task = T.sample_task(jr.key(3), pieces, 40, num_queries=3, J=8)
+    task = jax.jit(
+        lambda k0, k1: T.sample_task(k1, T.sample_mixture(k0, 3, 2), 40, num_queries=3, J=8)
+    )(jr.key(2), jr.key(3))
     bayes_predict = jax.jit(T.bayes_predict, static_argnames=("beta", "J", "sigma"))
     fs = bayes_predict(task, beta=1.5, J=8, sigma=0.1)  # n = 40 > F = 16: weight space
     sub = task._replace(
@@ -100,10 +112,12 @@ def test_bayes_weight_space_equals_function_space():
     kern = jax.jit(
         jax.vmap(jax.vmap(lambda a, b: prior_kernel(a, b, beta=1.5, J=8), (None, 0)), (0, None))
     )
+    both = np.asarray(kern(jnp.concatenate([sub.coords, sub.coords_q]), sub.coords))
+    K_all, k_all = both[:12], both[12:]  # context-context and query-context, one program
     for q in range(3):
         same = np.asarray(sub.piece == sub.piece_q[q])
-        K = np.asarray(kern(sub.coords, sub.coords))[np.ix_(same, same)]
-        k = np.asarray(kern(sub.coords_q[q : q + 1], sub.coords))[0][same]
+        K = K_all[np.ix_(same, same)]
+        k = k_all[q][same]
         ref = k @ np.linalg.solve(K + 0.01 * np.eye(same.sum()), np.asarray(sub.y)[same])
         np.testing.assert_allclose(bayes_predict(sub, beta=1.5, J=8, sigma=0.1)[q], ref, rtol=1e-8)
     assert fs.shape == (3,)
@@ -116,10 +130,11 @@ def test_ridge_and_kernel_ridge_vs_references(task):
     xb, yb = X.mean(0), y.mean()
     Xc = X - xb
     ref = yb + (q - xb) @ np.linalg.solve(Xc.T @ Xc + 0.3 * np.eye(4), Xc.T @ (y - yb))
-    np.testing.assert_allclose(T.ridge_predict(task.x, task.y, task.xq[0], 0.3), ref, rtol=1e-10)
+    ridge = jax.jit(T.ridge_predict)  # eager == jit: test_estimators_eager_jit_vmap_loop
+    np.testing.assert_allclose(ridge(task.x, task.y, task.xq[0], 0.3), ref, rtol=1e-10)
     sk = pytest.importorskip("sklearn.kernel_ridge")
     kr = sk.KernelRidge(alpha=0.1, kernel="rbf", gamma=1 / (2 * 0.5**2)).fit(X, y)
-    got = T.kernel_ridge_predict(task.x, task.y, task.xq[0], 0.5, 0.1)
+    got = jax.jit(T.kernel_ridge_predict)(task.x, task.y, task.xq[0], 0.5, 0.1)
     np.testing.assert_allclose(got, kr.predict(q[None])[0], rtol=1e-8)
 
 
@@ -189,8 +204,8 @@ def test_ambient_dimension_independence():
     # rank-deficient ambient system with pinv, whose minimum-norm solution ignores the padded
     # directions, so it is invariant to an exact isometric embedding as well (checked here).
     kr = pytest.importorskip("statsmodels.nonparametric.kernel_regression")
-    ll = jax.vmap(lambda q: T.local_poly_predict(x3, y, q, jnp.eye(3), 0.3, ridge=0.0))(q3)
-    nw = jax.vmap(lambda q: T.nadaraya_watson(x3, y, q, 0.3))(q3)
+    ll = jax.jit(jax.vmap(lambda q: T.local_poly_predict(x3, y, q, jnp.eye(3), 0.3, ridge=0.0)))(q3)
+    nw = jax.jit(jax.vmap(lambda q: T.nadaraya_watson(x3, y, q, 0.3)))(q3)
     for D, x, q in ((3, x3, q3), (30, x30, q30)):
         for reg, ours in (("ll", ll), ("lc", nw)):
             ref = kr.KernelReg(np.asarray(y), np.asarray(x), "c" * D, reg_type=reg, bw=[0.3] * D)
@@ -220,16 +235,27 @@ def test_estimators_eager_jit_vmap_loop(task, name):
 
 
 @pytest.fixture(scope="module")
-def tiny_batch():
-    return jax.jit(
-        lambda k: T.task_batch(k, batch=2, n_min=10, n_max=14, D=3, kappa=0.0, J=4, num_queries=2)
-    )(jr.key(7))
+def tiny_batch(task):
+    """Two padded contexts (14 slots, 12 real) with two queries each, cut from the module's
+    task: slicing, no extra compiled task draw."""
+    cut = lambda a, size: jnp.stack([a[:size], a[size : 2 * size]])  # noqa: E731
+    return T.ICLBatch(
+        x=cut(task.x, 14),
+        y=cut(task.y, 14),
+        mask=jnp.broadcast_to(jnp.arange(14) < 12, (2, 14)),
+        xq=cut(task.xq, 2),
+        yq=cut(task.fq, 2),
+        fq=cut(task.fq, 2),
+        n=jnp.asarray(12),
+    )
 
 
 @pytest.mark.parametrize("cls", [T.LinearAttentionICL, T.SoftmaxICL])
 def test_models_eager_jit_vmap_loop(tiny_batch, cls):
     b = tiny_batch
-    model = cls(3, dim=8, num_layers=1, num_heads=2, num_frequencies=4, key=jr.key(0))
+    model = eqx.filter_jit(  # compiled initialisation; the forward pass below runs eagerly
+        lambda k: cls(4, dim=8, num_layers=1, num_heads=2, num_frequencies=4, key=k)
+    )(jr.key(0))
     batched = jax.jit(jax.vmap(model))(b.x, b.y, b.xq, b.mask)
     loop = jnp.stack([model(b.x[i], b.y[i], b.xq[i], b.mask[i]) for i in range(2)])  # eager
     np.testing.assert_allclose(batched, loop, rtol=1e-9, atol=1e-12)  # vmap + jit == eager loop
@@ -244,15 +270,25 @@ def _train_and_compare(cls, steps):
     from jaxgen.core import adamw_cosine, fit
 
     batches = ft.partial(T.task_batch, **_TRAIN)
-    model = cls(2, dim=16, num_layers=1, num_heads=2, num_frequencies=16, frequency_scale=1.0,
-                key=jr.key(0))  # fmt: skip
+    model = eqx.filter_jit(  # initialised as one compiled program, not op by op
+        lambda k: cls(
+            2, dim=16, num_layers=1, num_heads=2, num_frequencies=16, frequency_scale=1.0, key=k
+        )
+    )(jr.key(0))
     res = fit(T.icl_loss, model, batches, adamw_cosine(3e-3, steps), num_steps=steps,
               key=jr.key(1), progress=False)  # fmt: skip
-    held = jax.jit(ft.partial(T.task_batch, **{**_TRAIN, "batch": 256}))(jr.key(99))
+    mse, const = _held_out(res.model, jr.key(99))
+    return float(mse), float(const), res.losses
+
+
+@eqx.filter_jit
+def _held_out(model, key):
+    """Held-out MSE of ``model`` and of the context-mean predictor on 256 fresh tasks (one
+    compiled program: the batch draw and both losses)."""
+    held = T.task_batch(key, **{**_TRAIN, "batch": 256})
     m = held.mask.astype(held.y.dtype)
     ybar = jnp.sum(held.y * m, 1) / jnp.sum(m, 1)
-    const = float(jnp.mean((ybar[:, None] - held.yq) ** 2))
-    return float(jax.jit(T.icl_loss)(res.model, held, None)), const, res.losses
+    return T.icl_loss(model, held, None), jnp.mean((ybar[:, None] - held.yq) ** 2)
 
 
 def test_linear_attention_training_beats_constant():
