@@ -170,14 +170,17 @@ def minibatches(data: PyTree, batch_size: int) -> BatchSampler:
         raise ValueError(f"every array in `data` must share its leading axis, got sizes {sizes}.")
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"`batch_size` must be an int >= 1, got {batch_size!r}.")
-    (num,) = sizes
     data = jax.tree_util.tree_map(jnp.asarray, data)
+    # A pytree (data are its leaves), not a closure: `fit` then passes the arrays into its
+    # compiled chunk instead of baking them in as constants, and reuses that chunk for any
+    # data of the same shapes (a closure is a new static argument on every call).
+    return eqx.Partial(_sample_rows, data, batch_size=batch_size)
 
-    def sample(key: PRNGKeyArray) -> PyTree:
-        idx = jr.randint(key, (batch_size,), 0, num)
-        return jax.tree_util.tree_map(lambda x: x[idx], data)
 
-    return sample
+def _sample_rows(data: PyTree, key: PRNGKeyArray, *, batch_size: int) -> PyTree:
+    num = jax.tree_util.tree_leaves(data)[0].shape[0]
+    idx = jr.randint(key, (batch_size,), 0, num)
+    return jax.tree_util.tree_map(lambda x: x[idx], data)
 
 
 def adamw_cosine(

@@ -329,6 +329,32 @@ def test_fit_keeps_the_callers_model_and_compiles_once(getkey):
         )
 
 
+def test_minibatches_samplers_of_equal_shapes_share_one_compiled_chunk(getkey):
+    """The sampler is a pytree holding the data: new data of the same shapes reuse the
+    compiled chunk (a closure would be a new static argument and recompile)."""
+    from jaxgen.core.train import _chunk
+
+    counted = eqx.filter_jit(eqx.debug.assert_max_traces(_chunk, max_traces=1))
+    opt = optax.sgd(0.1)
+    model = Linear(jnp.zeros(3))
+    for seed in (0, 1):
+        x = jr.normal(jr.key(seed), (32, 3))
+        sampler = minibatches((x, x @ TRUE_W), 8)
+        key = getkey()
+        idx = jr.randint(key, (8,), 0, 32)  # rows drawn with replacement, as documented
+        np.testing.assert_array_equal(sampler(key)[0], x[idx])
+        step_kwargs = dict(loss_fn=squared_loss, batches=sampler, optimizer=opt, mesh=None)
+        counted(
+            (key, step_kwargs),
+            model,
+            opt.init(model),
+            None,
+            jnp.asarray(0, jnp.int32),
+            jnp.asarray(4, jnp.int32),
+            chunk_size=4,
+        )
+
+
 def test_fit_never_donates_what_the_loss_closes_over(getkey):
     """A frozen teacher inside an `eqx.Partial` loss (same shape as the model, so a donated
     buffer could be aliased to an output) and the data stay valid across chunks and calls."""
