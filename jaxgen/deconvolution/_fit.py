@@ -4,14 +4,13 @@ import functools as ft
 from typing import NamedTuple
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 import optax
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from ..core import FitResult, adamw_cosine, check_kernel, fit
+from ..core import FitResult, adamw_cosine, check_kernel, fit, minibatches
 from ._losses import (
     check_bandwidths,
     convmmd_loss,
@@ -76,15 +75,6 @@ def _initial_bandwidths(
 
 
 _LOSS_FNS = {"sample": _sample_loss, "marginal": _marginal_loss, "closed": _closed_loss}
-
-
-def _rows(key: PRNGKeyArray, *, data: tuple[Array, Array], batch_size: int) -> tuple[Array, Array]:
-    """`jaxgen.core.minibatches`' draw (the same rows for the same key) as a module-level
-    function: wrapped in `eqx.Partial` the data are dynamic arguments of the compiled chunk
-    rather than a fresh closure (and baked-in constants) per call.
-    """
-    idx = jr.randint(key, (batch_size,), 0, data[0].shape[0])
-    return jax.tree_util.tree_map(lambda a: a[idx], data)
 
 
 def _optimizer(
@@ -198,7 +188,7 @@ def fit_convmmd(
     result = fit(
         loss_fn,
         prior,
-        eqx.Partial(_rows, data=(x, scales), batch_size=batch_size),
+        minibatches((x, scales), batch_size),
         optimizer,
         num_steps=num_steps,
         key=run_key,
