@@ -20,70 +20,9 @@ from ._interpolants import (
     MixtureInterpolantVelocity as MixtureInterpolantVelocity,
     NoiseAugmentedInterpolant as NoiseAugmentedInterpolant,
 )
-from ._mean_flow import (
-    AbstractAverageVelocity as AbstractAverageVelocity,
-    AbstractTimeEmbeddedVelocity as AbstractTimeEmbeddedVelocity,
-    GaussianAverageVelocity as GaussianAverageVelocity,
-    GaussianVelocity as GaussianVelocity,
-    IntervalConditionedNet as IntervalConditionedNet,
-    NoiseAtOneVelocity as NoiseAtOneVelocity,
-    cosine_time_grid as cosine_time_grid,
-    gaussian_average_velocity as gaussian_average_velocity,
-    isc_target as isc_target,
-    meanflow_loss as meanflow_loss,
-    sample_average_velocity as sample_average_velocity,
-    splitmeanflow_loss as splitmeanflow_loss,
-)
-from ._ntm import (
-    NTM as NTM,
-    Denoiser as Denoiser,
-    denoiser_loss as denoiser_loss,
-    denoiser_targets as denoiser_targets,
-    mean_alignment_loss as mean_alignment_loss,
-    ntm_elbo as ntm_elbo,
-    ntm_loss as ntm_loss,
-    trajectory_score_denoise as trajectory_score_denoise,
-)
-from ._ntm_closed import (
-    forward_trajectory as forward_trajectory,
-    gaussian_cfg as gaussian_cfg,
-    ntm_schedule as ntm_schedule,
-    reverse_posterior_coeffs as reverse_posterior_coeffs,
-    trajectory_covariance as trajectory_covariance,
-)
-from ._ntm_predict import (
-    AbstractGaussianPredictor as AbstractGaussianPredictor,
-    MLPPredictor as MLPPredictor,
-    PosteriorResidualPredictor as PosteriorResidualPredictor,
-    TransformerPredictor as TransformerPredictor,
-)
-from ._ntm_transport import (
-    AbstractTransporter as AbstractTransporter,
-    CausalTransformerConditioner as CausalTransformerConditioner,
-    IdentityTransporter as IdentityTransporter,
-    MADEConditioner as MADEConditioner,
-    TarFlowBlock as TarFlowBlock,
-    TarFlowTransporter as TarFlowTransporter,
-)
 from ._obstruction import (
     mixture_quantiles_1d as mixture_quantiles_1d,
     one_step_obstruction_w1 as one_step_obstruction_w1,
-)
-from ._smfsr import (
-    FeatureDiscriminator as FeatureDiscriminator,
-    FrozenFeatures as FrozenFeatures,
-    SRVelocityNet as SRVelocityNet,
-    ema_update as ema_update,
-    fake_score_loss as fake_score_loss,
-    feature_matching_loss as feature_matching_loss,
-    gan_optimizer as gan_optimizer,
-    gan_refine_loss as gan_refine_loss,
-    hinge_d_loss as hinge_d_loss,
-    hinge_g_loss as hinge_g_loss,
-    one_step_generate as one_step_generate,
-    sample_velocity_euler as sample_velocity_euler,
-    vsd_loss as vsd_loss,
-    with_ema as with_ema,
 )
 from ._splines import SplineAutoregressive as SplineAutoregressive, rq_spline as rq_spline
 from ._straightness import (
@@ -94,4 +33,57 @@ from ._straightness import (
 from ._velocity import (
     AbstractVelocityField as AbstractVelocityField,
     MLPVelocityField as MLPVelocityField,
+)
+from .meanflow import (
+    AbstractAverageVelocity as AbstractAverageVelocity,
+    AbstractTimeEmbeddedVelocity as AbstractTimeEmbeddedVelocity,
+    FeatureDiscriminator as FeatureDiscriminator,
+    FrozenFeatures as FrozenFeatures,
+    GaussianAverageVelocity as GaussianAverageVelocity,
+    GaussianVelocity as GaussianVelocity,
+    IntervalConditionedNet as IntervalConditionedNet,
+    NoiseAtOneVelocity as NoiseAtOneVelocity,
+    SRVelocityNet as SRVelocityNet,
+    cosine_time_grid as cosine_time_grid,
+    ema_update as ema_update,
+    fake_score_loss as fake_score_loss,
+    feature_matching_loss as feature_matching_loss,
+    gan_optimizer as gan_optimizer,
+    gan_refine_loss as gan_refine_loss,
+    gaussian_average_velocity as gaussian_average_velocity,
+    hinge_d_loss as hinge_d_loss,
+    hinge_g_loss as hinge_g_loss,
+    isc_target as isc_target,
+    meanflow_loss as meanflow_loss,
+    one_step_generate as one_step_generate,
+    sample_average_velocity as sample_average_velocity,
+    sample_velocity_euler as sample_velocity_euler,
+    splitmeanflow_loss as splitmeanflow_loss,
+    vsd_loss as vsd_loss,
+    with_ema as with_ema,
+)
+from .ntm import (
+    NTM as NTM,
+    AbstractGaussianPredictor as AbstractGaussianPredictor,
+    AbstractTransporter as AbstractTransporter,
+    CausalTransformerConditioner as CausalTransformerConditioner,
+    Denoiser as Denoiser,
+    IdentityTransporter as IdentityTransporter,
+    MADEConditioner as MADEConditioner,
+    MLPPredictor as MLPPredictor,
+    PosteriorResidualPredictor as PosteriorResidualPredictor,
+    TarFlowBlock as TarFlowBlock,
+    TarFlowTransporter as TarFlowTransporter,
+    TransformerPredictor as TransformerPredictor,
+    denoiser_loss as denoiser_loss,
+    denoiser_targets as denoiser_targets,
+    forward_trajectory as forward_trajectory,
+    gaussian_cfg as gaussian_cfg,
+    mean_alignment_loss as mean_alignment_loss,
+    ntm_elbo as ntm_elbo,
+    ntm_loss as ntm_loss,
+    ntm_schedule as ntm_schedule,
+    reverse_posterior_coeffs as reverse_posterior_coeffs,
+    trajectory_covariance as trajectory_covariance,
+    trajectory_score_denoise as trajectory_score_denoise,
 )

@@ -10,7 +10,6 @@ A = P S0^{-1}.
 """
 
 import functools as ft
-from typing import TYPE_CHECKING
 
 import equinox as eqx
 import jax
@@ -19,22 +18,8 @@ import jax.random as jr
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from ..core import psd_sqrt
-
-if TYPE_CHECKING:
-    from . import _interpolants
-
-
-def check_covariance(name: str, cov: ArrayLike, dim: int | None = None) -> Array:
-    """Trace-time shape check and run-time symmetry check of a covariance matrix."""
-    cov = jnp.asarray(cov)
-    if cov.ndim != 2 or cov.shape[0] != cov.shape[1]:
-        raise ValueError(f"`{name}` must be a square (dim, dim) matrix, got shape {cov.shape}.")
-    if dim is not None and cov.shape[0] != dim:
-        raise ValueError(f"`{name}` must have shape ({dim}, {dim}), got {cov.shape}.")
-    if not jnp.issubdtype(cov.dtype, jnp.floating):
-        raise TypeError(f"`{name}` must be a floating-point array, got dtype {cov.dtype}.")
-    tol = 1e-8 * (1.0 + jnp.max(jnp.abs(cov)))
-    return eqx.error_if(cov, jnp.max(jnp.abs(cov - cov.T)) > tol, f"`{name}` must be symmetric.")
+from ..core.checks import check_covariance
+from ._interpolants import NoiseAugmentedInterpolant
 
 
 def _cholesky_pd(name: str, cov: Array) -> Array:
@@ -62,8 +47,8 @@ def matrix_geometric_mean(
     References:
         Bhatia, Positive Definite Matrices (2007), ch. 4.
     """
-    cov0 = check_covariance("cov0", cov0)
-    cov1 = check_covariance("cov1", cov1, cov0.shape[0])
+    cov0 = check_covariance(cov0, "cov0", definite=True)
+    cov1 = check_covariance(cov1, "cov1", cov0.shape[0])
     chol = _cholesky_pd("cov0", cov0)
     half = jax.scipy.linalg.solve_triangular(chol, cov1, lower=True)
     whitened = jax.scipy.linalg.solve_triangular(chol, half.T, lower=True)
@@ -77,8 +62,8 @@ def _endpoint_matrices(cov0: Array, cov1: Array, dim: int) -> tuple[Array, Array
     """Checked ``(cov0, cov1)``, ``P = cov0 # cov1`` and ``A = P cov0^{-1}`` in one compiled call
     (eagerly, the few dozen small ops of the checks and the pencil would compile one by one).
     """
-    cov0 = check_covariance("cov0", cov0, dim)
-    cov1 = check_covariance("cov1", cov1, dim)
+    cov0 = check_covariance(cov0, "cov0", dim, definite=True)
+    cov1 = check_covariance(cov1, "cov1", dim)
     noise_cov = matrix_geometric_mean(cov0, cov1)
     # A = P S0^{-1}; since P and S0 are symmetric, A^T = S0^{-1} P.
     return cov0, cov1, noise_cov, jnp.linalg.solve(cov0, noise_cov).T
@@ -171,10 +156,8 @@ class GaussianStraightProcess(eqx.Module):
         """Y_t(x) = x + t (T(x) - x): the flow of `velocity` from time 0, in closed form."""
         return x + t * (self.transport_map(x) - x)
 
-    def interpolant(self) -> "_interpolants.NoiseAugmentedInterpolant":
+    def interpolant(self) -> NoiseAugmentedInterpolant:
         """The interpolant that generates this process from endpoint pairs (for flow matching)."""
-        from ._interpolants import NoiseAugmentedInterpolant
-
         return NoiseAugmentedInterpolant(self.noise_cov)
 
     def sample(

@@ -22,7 +22,7 @@ import jax.random as jr
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from ..core import psd_sqrt
-from ._gaussian import check_covariance
+from ..core.checks import check_covariance
 from ._velocity import AbstractVelocityField
 
 
@@ -90,7 +90,7 @@ class NoiseAugmentedInterpolant(AbstractInterpolant):
 
     def __init__(self, noise_cov: ArrayLike):
         """``noise_cov``: the symmetric PSD matrix P (e.g. `matrix_geometric_mean(S0, S1)`)."""
-        self.noise_cov = check_covariance("noise_cov", noise_cov)
+        self.noise_cov = check_covariance(noise_cov, "noise_cov")
         self.noise_root = psd_sqrt(self.noise_cov)
 
     def sample(self, key, x0, x1, t):
@@ -125,9 +125,9 @@ def _checked_mixture(
         jnp.any(weights < 0) | (jnp.abs(jnp.sum(weights) - 1) > 1e-6),
         "`weights` must be non-negative and sum to 1.",
     )
-    cov0 = check_covariance("cov0", cov0, dim)
+    cov0 = check_covariance(cov0, "cov0", dim)
     if noise_cov is not None:
-        noise_cov = check_covariance("noise_cov", noise_cov, dim)
+        noise_cov = check_covariance(noise_cov, "noise_cov", dim)
     return cov0, jnp.log(weights), noise_cov
 
 

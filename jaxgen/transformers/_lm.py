@@ -19,17 +19,18 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
 
 from ..core import FitResult, fit
 from ..nn import Transformer, dyadic_schedule
-from ._qes_model import QESTransformer
 
 AUX_LOSS_WEIGHT = 0.01  # weight of the MoE load-balancing loss inside `lm_loss`
 #: Models the evaluation and sampling helpers accept: a causal Transformer, or one with routed
 #: LoRA experts (`QESTransformer`).
-CausalLM = Transformer | QESTransformer
+CausalLM = eqx.Module
 
 
 def _check_model(model: CausalLM) -> None:
     # A QESTransformer (routed LoRA experts on a frozen base) is read like a Transformer.
-    if not isinstance(model, Transformer | QESTransformer):
+    if not isinstance(model, Transformer) and not isinstance(
+        getattr(model, "base", None), Transformer
+    ):
         raise TypeError(f"`model` must be a jaxgen.nn.Transformer, got {type(model).__name__}.")
 
 
@@ -139,7 +140,7 @@ def train_lm(
         `jaxgen.core.FitResult` (model, opt_state, losses, resumed_from).
     """
     _check_model(model)
-    if isinstance(model, QESTransformer):
+    if not isinstance(model, Transformer):
         raise TypeError("train a QESTransformer's adapters with `train_qes`, not `train_lm`.")
     if not model.causal:
         raise ValueError("`train_lm` trains causal language models; got causal=False.")

@@ -14,7 +14,7 @@ from jaxgen.transformers import (
     poison,
     triggered_test_set,
 )
-from jaxgen.transformers._qes_data import has_pattern
+from jaxgen.transformers.qes._data import has_pattern
 
 V = BackdoorVocab()
 

@@ -18,7 +18,7 @@ from jaxgen.transformers import (
     make_task,
     routing_auroc,
 )
-from jaxgen.transformers._qes_eval import PROMPT_LEN, SEQ_LEN
+from jaxgen.transformers.qes._eval import PROMPT_LEN, SEQ_LEN
 
 V = BackdoorVocab()
 

@@ -26,8 +26,8 @@ import numpy as np
 import optax
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from ..core import FitResult, adamw_cosine, fit
-from ._tree_guided import (
+from ...core import FitResult, adamw_cosine, fit
+from ._guided import (
     ControlNet,
     GuidedTree,
     ResidualFlow,
@@ -35,7 +35,7 @@ from ._tree_guided import (
     guided_sample,
     path_loss,
 )
-from ._tree_topology import TreeTopology
+from ._topology import TreeTopology
 
 
 class _Trainable(eqx.Module):

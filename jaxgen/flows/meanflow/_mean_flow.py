@@ -39,8 +39,8 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
-from ..nn import sinusoidal_embedding
-from ._velocity import AbstractVelocityField
+from ...nn import sinusoidal_embedding
+from .._velocity import AbstractVelocityField
 
 TIME_SAMPLERS = ("uniform", "logit_normal")
 

@@ -28,7 +28,8 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
-from ._ntm_closed import (
+from .._velocity import AbstractVelocityField
+from ._closed import (
     T_ONE_EPS,
     _check_pair,
     _is_concrete,
@@ -41,15 +42,14 @@ from ._ntm_closed import (
     shifted_levels,
     trajectory_covariance,
 )
-from ._ntm_predict import (
+from ._predict import (
     AbstractGaussianPredictor,
     ConditionedMLP,
     _features,
     check_class,
     velocity_to_x0,
 )
-from ._ntm_transport import AbstractTransporter, _check_sizes, _check_state, _positive_int
-from ._velocity import AbstractVelocityField
+from ._transport import AbstractTransporter, _check_sizes, _check_state, _positive_int
 
 MODES = ("end_to_end", "pairwise")
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)

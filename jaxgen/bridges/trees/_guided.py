@@ -31,9 +31,9 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from ..core import solve_sde
-from ._htransform import guide
-from ._tree_filter import (
+from ...core import solve_sde
+from .._htransform import guide
+from ._filter import (
     Canonical,
     LinearKernels,
     LinearSDEs,
@@ -42,7 +42,7 @@ from ._tree_filter import (
     log_potential,
     pullback,
 )
-from ._tree_topology import TreeTopology
+from ._topology import TreeTopology
 
 
 class TreeKernel(eqx.Module):

@@ -32,8 +32,8 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
-from ..nn import RMSNorm, TimeEmbedding, TransformerBlock, init_normal
-from ._ntm_closed import T_ONE_EPS
+from ...nn import RMSNorm, TimeEmbedding, TransformerBlock, init_normal
+from ._closed import T_ONE_EPS
 
 CONDITIONERS = ("made", "transformer")
 #: Soft clamp of the log-scales: log sigma = LOG_SCALE_CLAMP * tanh(raw / LOG_SCALE_CLAMP).

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Float
 
-from ._icl_tasks import ICLTask, prior_features
+from ._tasks import ICLTask, prior_features
 
 
 def rate_exponent(beta: float, d: int, kappa: float = 0.0) -> float:

@@ -21,13 +21,13 @@ import numpy as np
 import optax
 from jaxtyping import Array, Float, PRNGKeyArray, PyTree
 
-from ..core import FitResult, fit, minibatches
-from ..nn import SwiGLUMixer, Transformer, adapted_linear
-from ._lm import lm_loss, lm_optimizer
-from ._qes import QESConfig, route_loss, switch_load_loss, trim_suspects
-from ._qes_data import VOCAB
-from ._qes_eval import PROMPT_LEN, clean_accuracy, greedy_decode, lm_tokens
-from ._qes_model import QESTransformer, attach_lora, shutdown, trainable_filter
+from ...core import FitResult, fit, minibatches
+from ...nn import SwiGLUMixer, Transformer, adapted_linear
+from .._lm import lm_loss, lm_optimizer
+from ._data import VOCAB
+from ._eval import PROMPT_LEN, clean_accuracy, greedy_decode, lm_tokens
+from ._experts import QESConfig, route_loss, switch_load_loss, trim_suspects
+from ._model import QESTransformer, attach_lora, shutdown, trainable_filter
 
 
 def backdoor_batches(

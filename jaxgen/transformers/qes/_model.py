@@ -18,8 +18,8 @@ import jax.random as jr
 import jax.tree_util as jtu
 from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
 
-from ..nn import MLPMixer, SwiGLUMixer, Transformer
-from ._qes import MoLoRALinear, QESConfig, TokenRouter, shutdown_mask
+from ...nn import MLPMixer, SwiGLUMixer, Transformer
+from ._experts import MoLoRALinear, QESConfig, TokenRouter, shutdown_mask
 
 _MIXER_MAPS = {SwiGLUMixer: ("w_gate", "w_value", "w_out"), MLPMixer: ("w_in", "w_out")}
 

@@ -37,15 +37,15 @@ import jax.random as jr
 import optax
 from jaxtyping import Array, Float, PRNGKeyArray, PyTree
 
-from ..core import solve_ode
-from ..nn import sinusoidal_embedding
+from ...core import solve_ode
+from ...nn import sinusoidal_embedding
+from .._velocity import AbstractVelocityField
 from ._mean_flow import (
     AbstractAverageVelocity,
     AbstractTimeEmbeddedVelocity,
     NoiseAtOneVelocity,
     _check_batch,
 )
-from ._velocity import AbstractVelocityField
 
 KINDS = ("mlp", "unet")
 

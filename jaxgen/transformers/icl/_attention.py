@@ -26,8 +26,8 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Bool, Float, PRNGKeyArray
 
-from ..nn import RMSNorm, TransformerBlock
-from ._icl_tasks import ICLBatch
+from ...nn import RMSNorm, TransformerBlock
+from ._tasks import ICLBatch
 
 FEATURES = ("exact", "rff")
 

@@ -27,8 +27,8 @@ import jax.scipy.linalg as jsl
 import numpy as np
 from jaxtyping import Array, Float
 
-from ..core import solve_ode
-from ._tree_topology import TreeTopology
+from ...core import solve_ode
+from ._topology import TreeTopology
 
 
 class Canonical(NamedTuple):

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
-from ._qes_data import TARGET, VOCAB, X_LEN, Y_LEN
+from ._data import TARGET, VOCAB, X_LEN, Y_LEN
 
 PROMPT_LEN = X_LEN + 2  # bos, x (padded), sep
 SEQ_LEN = PROMPT_LEN + Y_LEN

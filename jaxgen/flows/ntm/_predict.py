@@ -29,16 +29,16 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
-from ..nn import RMSNorm, TimeEmbedding, TransformerBlock, init_normal, sinusoidal_embedding
-from ._ntm_closed import reverse_posterior_coeffs
-from ._ntm_transport import (
+from ...nn import RMSNorm, TimeEmbedding, TransformerBlock, init_normal, sinusoidal_embedding
+from .._velocity import AbstractVelocityField
+from ._closed import reverse_posterior_coeffs
+from ._transport import (
     _check_sizes,
     _check_state,
     _positive_int,
     _scalar,
     _transformer_stack,
 )
-from ._velocity import AbstractVelocityField
 
 #: Floor of the posterior standard deviation C(t, s) under the log (C = 0 at s = 0).
 SIGMA_FLOOR = 1e-3
