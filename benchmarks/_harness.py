@@ -424,6 +424,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     run_p.add_argument("--seed", type=int, default=0)
     run_p.add_argument("--out", default="results")
+    plan_p = sub.add_parser(
+        "plan", help="compile (never run) each --full training step: results/PLAN.md"
+    )
+    plan_p.add_argument("name")
+    plan_p.add_argument("--out", default="results")
+    plan_p.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
+    dev_p = sub.add_parser(
+        "device-check", help="gpu tests, every --full --smoke, three quick runs: results/device"
+    )
+    dev_p.add_argument("args", nargs=argparse.REMAINDER)
     rep_p = sub.add_parser("report", help="write REPORT.md from every JSON under --out")
     rep_p.add_argument("--out", default="results")
     args = parser.parse_args(argv)
@@ -431,6 +441,19 @@ def main(argv: list[str] | None = None) -> int:
         for name in benchmark_names():
             print(f"{name}\t{load(name).PAPER}")
         return 0
+    if args.command == "device-check":
+        from ._device_check import main as device_check
+
+        return device_check(args.args)
+    if args.command == "plan":
+        from ._plan import main_plan, plan_one
+
+        if args.one:
+            return plan_one(args.name, args.out)
+        names = benchmark_names() if args.name == "all" else [args.name]
+        for name in names:
+            load(name)  # an unknown name fails here, before any planning
+        return main_plan([n for n in names if "full" in load(n).CONFIGS], args.out)
     if args.command == "report":
         report(args.out)
         return 0

@@ -526,3 +526,19 @@ def _run(config, key, rec):
         ">=",
         20.0,
     )
+
+
+def plan(config, key):
+    """`python -m benchmarks plan`: the device-sampled coverage study at the largest ``d``.
+
+    XLA's cost analysis counts the body of the study's ``lax.map`` over chunks of runs once, so
+    the row is one chunk, counted ``R / chunk`` times per data set.
+    """
+    R, T, d = config["coverage_runs"], config["T"], max(config["coverage_dims"])
+    chunk = _chunk(R, T, d)
+
+    def study(key, dist):
+        return coverage_study(key, dist, config["alpha"], R=R, T=T, d=d, chunk=chunk)
+
+    label = f"coverage study, one chunk of {chunk} runs (R={R} T={T} d={d})"
+    return [(label, study, (key, jnp.asarray(0)), len(DISTS) * (R // chunk))]

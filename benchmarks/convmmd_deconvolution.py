@@ -585,3 +585,9 @@ def run(config, key, rec):
         axes[1].scatter(*draws.T, s=2, alpha=0.5, label="convMMD-GMM draws")
         axes[1].set(xlabel="z1", ylabel="z2", title="2-D moons, noise sd ~ U(0.2, 0.6)")
         axes[1].legend(fontsize=7, markerscale=4)
+
+
+def plan_stage(config, key, rec):
+    """`python -m benchmarks plan`: the spline-flow sieve under Laplace noise (the main fit)."""
+    x, _, s = laplace_mixture_1d(key, config["n"], noise=LAPLACE.kind)
+    _fit_flow(x, s, LAPLACE, key, config["flow"])

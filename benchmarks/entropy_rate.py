@@ -521,3 +521,8 @@ def run(config: dict, key, rec) -> None:
     t0 = time.perf_counter()
     _collapse(config, k_col, rec)
     rec.metric("part_c_s", time.perf_counter() - t0)
+
+
+def plan_stage(config: dict, key, rec) -> None:
+    """`python -m benchmarks plan`: the collapse stage, whose LM pre-training is the main run."""
+    _collapse(config, key, rec)

@@ -545,3 +545,26 @@ def _run(config, key, rec):
             axes[j].set_xlabel(pname)
         axes[0].set_ylabel("density")
         axes[0].legend()
+
+
+def plan(config, key):
+    """`python -m benchmarks plan`: one Neural Galerkin right-hand side of the CIR flow at the
+    ``--full`` collocation size (the training's unit of work: ``ng_steps`` steps of Bosh3 take
+    about 3 evaluations each).
+    """
+    import jaxgen.pde as pde
+
+    cir = pde.CoxIngersollRoss()
+    sample, lo, hi = pde.cir_condition_sampler(kappa=BOX["kappa"], theta=BOX["theta"], nu=BOX["nu"])
+    flow = pde.TransitionFlow(
+        cir, lo, hi, num_units=config["units"], width=config["width"], key=jr.fold_in(key, 0)
+    )
+    n = config["colloc"]
+    x0s, lams = jax.vmap(sample)(jr.split(key, n))
+    xs = x0s
+
+    def rhs(flow, xs, x0s, lams):
+        return pde.ng_velocity(flow, jnp.asarray(DELTA / 2), xs, x0s, lams, config["eps_rel"])
+
+    label = f"Neural Galerkin velocity, {n} collocation points"
+    return [(label, rhs, (flow, xs, x0s, lams), 3 * config["ng_steps"])]

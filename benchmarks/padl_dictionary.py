@@ -549,3 +549,24 @@ def run(config, key, rec):
         "K=64 on 2000 patches, digits K=32, 12 outer iterations) to fit the CPU budget; "
         "full mode uses the spec's sizes."
     )
+
+
+def plan(config, key):
+    """`python -m benchmarks plan`: one PADL alternation on the ``--full`` natural patches
+    (``fista_codes`` with its default 20 FISTA steps, then one `dict_update` sweep), counted
+    ``steps`` times.
+    """
+    from jaxgen.dictionary import dict_update, fista_codes
+
+    d, n, k = 64, config["patch_train"], config["patch_K"]
+    kx, kd = jr.split(key)
+    X = jr.normal(kx, (d, n))
+    D = jr.normal(kd, (d, k)) / jnp.sqrt(d)
+    R0, active = jnp.zeros((k, n)), jnp.ones(k, bool)
+
+    def alternation(X, D, R0, active):
+        R = fista_codes(X, D, R0, 0.1, 1.0, active)
+        return dict_update(X, D, R, active), R
+
+    label = f"one alternation (FISTA codes + atom sweep), d={d} N={n} K={k}"
+    return [(label, alternation, (X, D, R0, active), config["steps"])]

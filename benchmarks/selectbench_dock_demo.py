@@ -78,3 +78,10 @@ def run(config, key, rec):
     with open(path, "w", newline="") as f:
         csv.writer(f).writerows(rows)
     rec.note(f"scores written to {os.path.basename(path)}; docking cache in {cache}")
+
+
+def plan(config, key):
+    """`python -m benchmarks plan`: nothing to compile (docking runs in AutoDock Vina on the
+    CPU, outside JAX).
+    """
+    return []

@@ -505,3 +505,20 @@ def _speed(config, key, rec, ot):
         "float64 numpy; both use the same T0, tolerance 1e-6 and the same stopping rule "
         "(||W - W_prev|| <= tol). jaxgen also stops on a relative objective decrease <= tol."
     )
+
+
+def plan(config, key):
+    """`python -m benchmarks plan`: the batched srGW fit at the largest ``n`` of the ``--full``
+    sweep (all graphon models of one size share one compiled call; the largest size dominates).
+    XLA's cost analysis counts its conditional-gradient loop body once.
+    """
+    n, reps = max(config["ns"]), config["reps"]
+    K = int(np.floor(np.sqrt(n)))
+    models = [m for m in MODELS if m != "sbm3"]
+    keys = jr.split(key, len(models) * reps)
+    A = jnp.stack([_sample(k, models[i % len(models)], n)[0] for i, k in enumerate(keys)])
+
+    def fit(A, keys):
+        return _fit_batch(A, K, keys, config["starts"])
+
+    return [(f"srGW fit of {A.shape[0]} graphs, n={n}, K={K}", fit, (A, keys), 1)]
