@@ -29,6 +29,20 @@ def _check_steps(steps: Any) -> None:
         raise ValueError(f"`steps` must be >= 1, got {steps}.")
 
 
+def _times_like(y0: Any, t0: Any, t1: Any, ts: Any) -> tuple[Any, Any, Any]:
+    """Times in the state's float dtype: with x64 on, Python-float times would otherwise be
+    float64 and promote a float32 state to float64 at the first step.
+    """
+    leaves = [
+        x for x in jax.tree_util.tree_leaves(y0) if jnp.issubdtype(jnp.result_type(x), jnp.floating)
+    ]
+    if not leaves:
+        return t0, t1, ts
+    dtype = jnp.result_type(*leaves)
+    cast = lambda t: None if t is None else jnp.asarray(t, dtype)  # noqa: E731
+    return cast(t0), cast(t1), cast(ts)
+
+
 def _saveat(ts: Float[Array, " T"] | None, t0: Any, t1: Any) -> dfx.SaveAt:
     if ts is None:
         return dfx.SaveAt(t1=True)
@@ -96,6 +110,7 @@ def solve_ode(
     """
     _check_interval(t0, t1)
     _check_steps(steps)
+    t0, t1, ts = _times_like(y0, t0, t1, ts)
     solver = dfx.Tsit5() if solver is None else solver
     if steps is not None:
         controller: dfx.AbstractStepSizeController = dfx.ConstantStepSize()
@@ -164,6 +179,7 @@ def solve_sde(
         The `diffrax.Solution`.
     """
     _check_interval(t0, t1)
+    t0, t1, ts = _times_like(y0, t0, t1, ts)
     _check_steps(steps)
     y0 = jnp.asarray(y0)
     out = jax.eval_shape(diffusion, t0, y0, args)
