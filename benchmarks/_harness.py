@@ -429,6 +429,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     plan_p.add_argument("name")
     plan_p.add_argument("--out", default="results")
+    plan_p.add_argument(
+        "--timeout", type=float, default=240.0, help="seconds one benchmark may take to plan"
+    )
     plan_p.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     dev_p = sub.add_parser(
         "device-check", help="gpu tests, every --full --smoke, three quick runs: results/device"
@@ -453,7 +456,8 @@ def main(argv: list[str] | None = None) -> int:
         names = benchmark_names() if args.name == "all" else [args.name]
         for name in names:
             load(name)  # an unknown name fails here, before any planning
-        return main_plan([n for n in names if "full" in load(n).CONFIGS], args.out)
+        names = [n for n in names if "full" in load(n).CONFIGS]
+        return main_plan(names, args.out, args.timeout)
     if args.command == "report":
         report(args.out)
         return 0

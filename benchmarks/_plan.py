@@ -332,7 +332,7 @@ def plan_one(name: str, out_dir: str) -> int:
     return 0 if "error" not in record else 1
 
 
-def main_plan(names: list[str], out_dir: str, timeout_s: float = 150.0) -> int:
+def main_plan(names: list[str], out_dir: str, timeout_s: float = 240.0) -> int:
     """Plan each benchmark in its own process (their global JAX settings differ), then write
     ``OUT/PLAN.md`` from every ``OUT/plan/NAME.json``.
     """
