@@ -16,7 +16,7 @@ from ._betting import (
     plugin_stats as plugin_stats,
     prpl_bets as prpl_bets,
 )
-from ._coverage import excluded_path as excluded_path
+from ._coverage import excluded_path as excluded_path, miscoverage as miscoverage
 from ._cs1d import betting_cs as betting_cs
 from ._intervals import (
     cs_exact as cs_exact,

@@ -9,6 +9,11 @@ from ._mmd import (
     mmd2_unbiased as mmd2_unbiased,
     pairwise_sq_dists as pairwise_sq_dists,
 )
+from ._montecarlo import (
+    replicate_sharding as replicate_sharding,
+    sample_many as sample_many,
+    sharded_vmap as sharded_vmap,
+)
 from ._results import RESULTS as RESULTS
 from .checkpoint import (
     latest_checkpoint as latest_checkpoint,

@@ -8,6 +8,7 @@ from ._srgw import (
     round_argmax as round_argmax,
     round_greedy as round_greedy,
     solve_srgw_coupling as solve_srgw_coupling,
+    solve_srgw_couplings as solve_srgw_couplings,
     srgw_barycenter as srgw_barycenter,
     srgw_grad_T as srgw_grad_T,
     srgw_objective as srgw_objective,

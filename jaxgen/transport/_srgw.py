@@ -25,8 +25,9 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import Mesh
 
-from jaxgen.core import RESULTS, iterate
+from jaxgen.core import RESULTS, iterate, sharded_vmap
 from jaxgen.core.types import Array, Bool, Float, Int
 
 
@@ -277,6 +278,51 @@ def solve_srgw_coupling(
         A, W, T0, max_steps=max_steps, tol=tol, symmetric=symmetric, throw=throw
     )
     return SrgwOutput(state.T, srgw_objective(A, state.T, W), state.gap, num_steps, result)
+
+
+def solve_srgw_couplings(
+    A: Float[Array, "B n n"],
+    W: Float[Array, "B K K"],
+    T0: Float[Array, "B n K"],
+    *,
+    max_steps: int = 1000,
+    tol: float = 1e-9,
+    symmetric: bool = True,
+    throw: bool = True,
+    mesh: Mesh | None = None,
+) -> SrgwOutput:
+    r"""`solve_srgw_coupling` over a batch of ``B`` graphs, optionally across a device mesh.
+
+    Args:
+        A, W, T0: stacked problems, shapes ``(B, n, n)``, ``(B, K, K)`` and ``(B, n, K)``.
+        max_steps, tol, symmetric, throw: as in `solve_srgw_coupling`.
+        mesh: split the batch over this mesh's devices (`jaxgen.core.sharded_vmap`; ``B`` a
+            multiple of ``mesh.size``); each graph's solve is the one-device solve.
+
+    Returns:
+        `SrgwOutput` whose fields carry a leading batch axis.
+    """
+    A, W, T0 = jnp.asarray(A), jnp.asarray(W), jnp.asarray(T0)
+    if A.ndim != 3 or W.ndim != 3 or T0.ndim != 3:
+        raise ValueError(
+            "`A`, `W`, `T0` must be stacked (B, n, n), (B, K, K), (B, n, K) arrays, got "
+            f"{A.shape}, {W.shape}, {T0.shape}."
+        )
+    if not A.shape[0] == W.shape[0] == T0.shape[0]:
+        raise ValueError(
+            f"`A`, `W`, `T0` must share their batch size, got {A.shape[0]}, {W.shape[0]}, "
+            f"{T0.shape[0]}."
+        )
+    _check_pair(A[0], T0[0], W[0])
+    _check_solver_args(max_steps, tol)
+
+    def one(a: Array, w: Array, t0: Array) -> SrgwOutput:
+        state, num_steps, result = _solve_coupling(
+            a, w, t0, max_steps=max_steps, tol=tol, symmetric=symmetric, throw=throw
+        )
+        return SrgwOutput(state.T, srgw_objective(a, state.T, w), state.gap, num_steps, result)
+
+    return sharded_vmap(one, mesh)(A, W, T0)
 
 
 def w_step(

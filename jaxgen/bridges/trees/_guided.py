@@ -29,9 +29,10 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
+from jax.sharding import Mesh
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from ...core import solve_sde
+from ...core import sharded_vmap, solve_sde
 from .._htransform import guide
 from ._filter import (
     Canonical,
@@ -464,16 +465,20 @@ def importance_sample(
     gt: GuidedTree,
     num_samples: int,
     control: ControlNet | ResidualFlow | None = None,
+    *,
+    mesh: Mesh | None = None,
 ) -> ImportanceSample:
     r"""Draw ``num_samples`` whole trees with `guided_sample` and weight them.
 
     ``log w = -sum_v l_v``, ``log p^(y|x_r) = log h~_r(x_r) + log mean exp(log w)``,
-    ESS ``= (sum w)^2 / sum w^2``.
+    ESS ``= (sum w)^2 / sum w^2``. With ``mesh``, the particles are drawn across its devices
+    (`jaxgen.core.sharded_vmap`; ``num_samples`` a multiple of ``mesh.size``): particle ``i``
+    uses the ``i``-th split of ``key`` either way, so the result equals the one-device one.
     """
     if not isinstance(num_samples, int) or num_samples < 1:
         raise ValueError(f"`num_samples` must be an int >= 1, got {num_samples!r}.")
     keys = jr.split(key, num_samples)
-    draws = jax.vmap(lambda k: guided_sample(k, gt, control))(keys)
+    draws = sharded_vmap(lambda k: guided_sample(k, gt, control), mesh)(keys)
     logw = -jnp.sum(draws.edge_loss, axis=1)
     lse = jax.scipy.special.logsumexp(logw)
     log_h = gt.root_log_h()
