@@ -170,8 +170,8 @@ def kill_run_args():
     return (kill_loss, model, minibatches(DATA, 16), optax.adam(1e-2))
 
 
-def kill_run_kwargs():
-    return dict(num_steps=KILL_NUM_STEPS, key=jr.key(4), steps_per_call=4, progress=False)
+def kill_run_kwargs(num_steps=KILL_NUM_STEPS):
+    return dict(num_steps=num_steps, key=jr.key(4), steps_per_call=4, progress=False)
 
 
 KILL_SCRIPT = textwrap.dedent("""
@@ -182,7 +182,7 @@ KILL_SCRIPT = textwrap.dedent("""
     from jaxgen.core import fit
     from tests.core.test_core_guard import (kill_run_args, kill_run_kwargs, KILL_CHECKPOINT_EVERY,
                                             KILL_CALLBACK_EVERY, WRITE_PAUSE_S)
-    directory, out = sys.argv[1], sys.argv[2]
+    directory, out, num_steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
     write = ckpt._write_durable
 
     def slow_write(path, payload):  # half the arrays on disk, then a pause: a kill lands mid-write
@@ -200,7 +200,7 @@ KILL_SCRIPT = textwrap.dedent("""
         print("STEP", step, flush=True)
         time.sleep(0.05)
 
-    res = fit(*kill_run_args(), **kill_run_kwargs(), checkpoint_dir=directory,
+    res = fit(*kill_run_args(), **kill_run_kwargs(num_steps), checkpoint_dir=directory,
               checkpoint_every=KILL_CHECKPOINT_EVERY, callback=callback,
               callback_every=KILL_CALLBACK_EVERY)
     leaves = jax.tree_util.tree_leaves(eqx.filter(res.model, eqx.is_array))
@@ -245,13 +245,14 @@ def _check_directory(directory, template):
     return partial
 
 
-def run_with_kills(tmp_path, num_kills, seed):
+def run_with_kills(tmp_path, num_kills, seed, num_steps=KILL_NUM_STEPS):
     """Run the kill script and SIGKILL it ``num_kills`` times, alternately while it writes its
-    second checkpoint (a random moment of the write) and at a random moment of training,
+    first or second checkpoint (the second for the first kill, so that it resumes; a random
+    moment of the write) and at a random moment of training (after 1 to 3 progress lines),
     restarting it after each kill; return the final result and what the kills hit."""
     directory, out = str(tmp_path / "ckpt"), str(tmp_path / "out.npz")
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
-    cmd = [sys.executable, "-c", KILL_SCRIPT, directory, out]
+    cmd = [sys.executable, "-c", KILL_SCRIPT, directory, out, str(num_steps)]
     args = kill_run_args()
     template = (args[1], args[3].init(eqx.filter(args[1], eqx.is_inexact_array)),
                 jr.key_data(kill_run_kwargs()["key"]))  # fmt: skip
@@ -265,7 +266,10 @@ def run_with_kills(tmp_path, num_kills, seed):
             if kills < num_kills:
                 during_write = kills % 2 == 0
                 target = "WRITING" if during_write else "STEP"
-                for _ in range(2 if during_write else int(rng.integers(1, 4))):
+                occurrence = (
+                    (2 if kills == 0 else int(rng.integers(1, 3))) if during_write else None
+                )
+                for _ in range(occurrence or int(rng.integers(1, 4))):
                     line = _wait_for(lines, target)
                     if line is None or line == "DONE":
                         break
@@ -292,8 +296,8 @@ def run_with_kills(tmp_path, num_kills, seed):
     return result, kills, mid_write, found
 
 
-def check_equals_uninterrupted(result, kills, mid_write, resumed):
-    reference = fit(*kill_run_args(), **kill_run_kwargs())
+def check_equals_uninterrupted(result, kills, mid_write, resumed, num_steps=KILL_NUM_STEPS):
+    reference = fit(*kill_run_args(), **kill_run_kwargs(num_steps))
     summary = (f"survived {kills} SIGKILL(s) ({mid_write} while a checkpoint was being "
                f"written); checkpoints found after each kill: {resumed}")  # fmt: skip
     print(summary)
@@ -301,7 +305,7 @@ def check_equals_uninterrupted(result, kills, mid_write, resumed):
     leaves = jax.tree_util.tree_leaves(eqx.filter(reference.model, eqx.is_array))
     for i, x in enumerate(leaves):
         np.testing.assert_array_equal(result[f"p{i}"], x, err_msg=summary)
-    assert result["losses"].shape == (KILL_NUM_STEPS,), summary
+    assert result["losses"].shape == (num_steps,), summary
     return summary
 
 
@@ -314,6 +318,8 @@ def test_fit_survives_a_kill_while_writing_a_checkpoint(tmp_path):
 
 @pytest.mark.slow
 def test_fit_survives_repeated_random_kills(tmp_path):
-    result, kills, mid_write, resumed = run_with_kills(tmp_path, num_kills=8, seed=1)
-    summary = check_equals_uninterrupted(result, kills, mid_write, resumed)
+    # 16 checkpoints: more than eight kills can skip, so every kill lands before the end.
+    num_steps = 16 * KILL_CHECKPOINT_EVERY
+    result, kills, mid_write, resumed = run_with_kills(tmp_path, 8, seed=1, num_steps=num_steps)
+    summary = check_equals_uninterrupted(result, kills, mid_write, resumed, num_steps)
     assert kills == 8 and mid_write >= 2, summary

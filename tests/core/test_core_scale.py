@@ -1,0 +1,183 @@
+"""Scaling: data parallelism over two `jax.distributed` CPU processes (gloo collectives, two
+host devices each), process-local sampling, process-0 checkpoints, and FSDP parameter sharding of
+the language-model core."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from tests.core import multiprocess_fit as mp
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(num_processes, devices_per_process, *args):
+    """Start ``python -m tests.core.multiprocess_fit ARGS`` once per process, as a launcher
+    (``srun``, ``mpirun``) would: same command, per-process environment."""
+    port = free_port()
+    procs = []
+    for i in range(num_processes):
+        env = dict(
+            os.environ,
+            JAX_PLATFORMS="cpu",
+            PYTHONPATH=ROOT,
+            XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} "
+            f"--xla_force_host_platform_device_count={devices_per_process}",
+        )
+        if num_processes > 1:
+            env.update(
+                JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",
+                JAX_NUM_PROCESSES=str(num_processes),
+                JAX_PROCESS_ID=str(i),
+            )
+        cmd = [sys.executable, "-m", "tests.core.multiprocess_fit", *map(str, args)]
+        procs.append(
+            subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT
+            )
+        )
+    return procs
+
+
+def finish(procs, timeout=300):
+    outs = []
+    try:
+        for p in procs:
+            out, _ = p.communicate(timeout=timeout)
+            outs.append(out)
+            assert p.returncode == 0, out[-3000:]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    return outs
+
+
+def load(path):
+    with np.load(path) as f:
+        return {k: f[k] for k in f.files}
+
+
+def assert_same_run(a, b, prefix_a="", prefix_b="", what=""):
+    keys = [k[len(prefix_a) :] for k in a if k.startswith(prefix_a)]
+    assert "losses" in keys and len(keys) > 1
+    for k in keys:
+        np.testing.assert_allclose(a[prefix_a + k], b[prefix_b + k], rtol=1e-5, atol=1e-7,
+                                   err_msg=f"{what}: {k}")  # fmt: skip
+
+
+def lines(out, tag):
+    return [line.split()[1:] for line in out.splitlines() if line.startswith(tag + " ")]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """One process with 4 host devices: the run on a 4-device mesh and on one device."""
+    out = tmp_path_factory.mktemp("reference") / "ref.npz"
+    finish(launch(1, 4, out))
+    return load(out)
+
+
+def test_sharded_minibatches_mesh_equals_one_device(reference):
+    """Fast twin of the two-process test: the per-device draws of `sharded_minibatches`
+    and the data-parallel `fit` on 4 host devices equal the one-device run."""
+    assert reference["one_losses"].shape == (mp.NUM_STEPS,)
+    losses = reference["one_losses"]
+    assert losses[-5:].mean() < 0.5 * losses[:5].mean()  # it trains
+    assert_same_run(reference, reference, "mesh_", "one_", "4-device mesh vs one device")
+
+
+@pytest.mark.slow
+def test_two_processes_equal_one_process_and_resume_after_a_kill(reference, tmp_path):
+    # Uninterrupted: 2 processes x 2 devices, each feeding its own rows.
+    ckpt = tmp_path / "ckpt"
+    outs = finish(launch(2, 2, tmp_path / "two.npz", ckpt))
+    two = load(tmp_path / "two.npz")
+    assert_same_run(two, reference, "", "mesh_", "2 processes vs 1 process with 4 devices")
+    assert_same_run(two, reference, "", "one_", "2 processes vs one device")
+    saved = [s for out in outs for s in lines(out, "SAVED")]
+    assert saved == [["0", "10"], ["0", "20"], ["0", "30"]], saved  # process 0 writes, alone
+    assert sorted(os.listdir(ckpt)) == ["step_00000020", "step_00000030"]
+    assert sorted(os.listdir(ckpt / "step_00000030")) == ["meta.json", "state.eqx"]
+    # Killed (both processes, SIGKILL) after the step-10 checkpoint, then restarted.
+    ckpt = tmp_path / "killed"
+    procs = launch(2, 2, tmp_path / "killed.npz", ckpt)
+    try:
+        for line in procs[0].stdout:
+            if line.startswith("STEP 0 10"):
+                break
+        else:
+            pytest.fail("the run ended before its first checkpoint")
+        for p in procs:
+            p.send_signal(signal.SIGKILL)
+        for p in procs:
+            p.wait()
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            p.stdout.close()
+    time.sleep(0.5)
+    outs = finish(launch(2, 2, tmp_path / "killed.npz", ckpt))
+    assert [lines(out, "RESUMED") for out in outs] == [[["0", "10"]], [["1", "10"]]]
+    assert_same_run(load(tmp_path / "killed.npz"), two, what="killed and resumed vs uninterrupted")
+    assert sorted(os.listdir(ckpt)) == ["step_00000020", "step_00000030"]
+
+
+FSDP_SCRIPT = textwrap.dedent("""
+    import jax, jax.numpy as jnp, jax.random as jr, numpy as np, optax, equinox as eqx
+    from jaxgen.core import bytes_per_device, data_mesh, fit, minibatches
+    from jaxgen.nn import Transformer
+    from jaxgen.transformers import lm_loss
+    assert len(jax.devices()) == 4
+    vocab, seq = 64, 16
+    model = Transformer(vocab, 64, 2, 4, seq, key=jr.key(0))
+    batches = minibatches(jr.randint(jr.key(1), (64, seq + 1), 0, vocab), 8)
+    kw = dict(num_steps=6, key=jr.key(2), steps_per_call=3, progress=False)
+    plain = fit(lm_loss, model, batches, optax.adam(1e-2), **kw)
+    # Batch on the data axis, parameters and Adam moments over the 4-device "fsdp" axis.
+    mesh = data_mesh(fsdp=4)
+    sharded = fit(lm_loss, model, batches, optax.adam(1e-2), mesh=mesh, shard_params=True, **kw)
+    arrays = lambda r: eqx.filter((r.model, r.opt_state), eqx.is_array)
+    embedding = sharded.model.embedding
+    print("EMBEDDING", embedding.sharding.spec, embedding.addressable_shards[0].data.shape)
+    print("BYTES", bytes_per_device(arrays(plain)), bytes_per_device(arrays(sharded)))
+    print("LOSSES", *plain.losses)
+    print("SHARDED", *sharded.losses)
+""")
+
+
+def test_fsdp_sharded_transformer_same_losses_less_memory():
+    env = dict(
+        os.environ,
+        JAX_PLATFORMS="cpu",
+        PYTHONPATH=ROOT,
+        XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=4",
+    )
+    proc = subprocess.run([sys.executable, "-c", FSDP_SCRIPT], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = {line.split()[0]: line.split()[1:] for line in proc.stdout.splitlines()}
+    plain, sharded = (np.array(out[k], dtype=float) for k in ("LOSSES", "SHARDED"))
+    assert plain[-1] < plain[0]  # it trains
+    np.testing.assert_allclose(sharded, plain, rtol=1e-5)
+    full, per_device = map(int, out["BYTES"])
+    ratio = per_device / full
+    print(f"per-device parameter + optimiser bytes: {per_device} of {full} ({ratio:.3f}x)")
+    assert ratio <= 0.3, (full, per_device, ratio)
+    assert out["EMBEDDING"][-2:] == ["(16,", "64)"], out["EMBEDDING"]
