@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
 from jaxtyping import PRNGKeyArray, PyTree
 
 DATA_AXIS = "data"
@@ -143,7 +143,7 @@ def replicate(tree: PyTree, mesh: Mesh) -> PyTree:
 
 
 def fsdp_rule(
-    mesh: Mesh,
+    mesh: Mesh | AbstractMesh,
     *,
     axes: str | tuple[str, ...] | None = None,
     min_size: int = FSDP_MIN_SIZE,
@@ -158,7 +158,7 @@ def fsdp_rule(
     weight where the computation needs it whole (Rajbhandari et al., 2020).
 
     Args:
-        mesh: the device mesh.
+        mesh: the device mesh (an ``AbstractMesh`` too, for planning without devices).
         axes: mesh axes to shard over (default: ``"fsdp"`` when the mesh has it, else every axis
             of the mesh).
         min_size: arrays with fewer elements stay replicated.

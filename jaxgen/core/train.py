@@ -101,7 +101,9 @@ def _checked_step(
 ) -> tuple[PyTree, optax.OptState, PyTree, Float[Array, ""], Array]:
     """`_sampled_step` that also returns whether the loss and gradients were finite.
 
-    Unless ``on_nonfinite == "ignore"``, a step whose loss or any gradient is not finite returns
+    Unless ``on_nonfinite == "ignore"``, a step whose loss or any update (the optimiser's output
+    from the gradients: a non-finite gradient of a trained array makes it non-finite) is not
+    finite returns
     the model, optimiser state and carried state it was given (the update is dropped, as
     ``optax.apply_if_finite`` does, here also for a non-finite loss and inside the scan).
     """
@@ -125,7 +127,9 @@ def _checked_step(
     new = (eqx.apply_updates(model, updates), new_opt_state, new_state)
     if on_nonfinite == "ignore":
         return *new, loss, jnp.asarray(True)
-    ok = jnp.isfinite(loss) & _all_finite(grads)
+    # The updates, not the raw gradients, as optax.apply_if_finite does: a gradient the
+    # optimiser discards (a part frozen with optax.set_to_zero) cannot spoil the run.
+    ok = jnp.isfinite(loss) & _all_finite(updates)
     old_arrays, static = eqx.partition((model, opt_state, state), eqx.is_array)
     new_arrays = eqx.filter(new, eqx.is_array)
     kept = jax.tree_util.tree_map(lambda n, o: jnp.where(ok, n, o), new_arrays, old_arrays)

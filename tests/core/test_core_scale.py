@@ -10,9 +10,15 @@ import sys
 import textwrap
 import time
 
+import jax
+import jax.numpy as jnp
+import jax.random as jr
 import numpy as np
+import optax
 import pytest
+from jax.sharding import AbstractMesh, PartitionSpec
 
+from jaxgen.core import data_mesh, fit, fsdp_rule, sharded_minibatches
 from tests.core import multiprocess_fit as mp
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -146,7 +152,7 @@ FSDP_SCRIPT = textwrap.dedent("""
     from jaxgen.transformers import lm_loss
     assert len(jax.devices()) == 4
     vocab, seq = 64, 16
-    model = Transformer(vocab, 64, 2, 4, seq, key=jr.key(0))
+    model = Transformer(vocab, 64, 1, 4, seq, key=jr.key(0))
     batches = minibatches(jr.randint(jr.key(1), (64, seq + 1), 0, vocab), 8)
     kw = dict(num_steps=6, key=jr.key(2), steps_per_call=3, progress=False)
     plain = fit(lm_loss, model, batches, optax.adam(1e-2), **kw)
@@ -181,3 +187,38 @@ def test_fsdp_sharded_transformer_same_losses_less_memory():
     print(f"per-device parameter + optimiser bytes: {per_device} of {full} ({ratio:.3f}x)")
     assert ratio <= 0.3, (full, per_device, ratio)
     assert out["EMBEDDING"][-2:] == ["(16,", "64)"], out["EMBEDDING"]
+
+
+def test_fsdp_rule_picks_a_divisible_dimension_and_obeys_the_user_rule():
+    mesh = AbstractMesh((2, 4), ("data", "fsdp"))
+    rule = fsdp_rule(mesh, min_size=64)
+    spec = lambda shape, r=rule: r((), jnp.zeros(shape))  # noqa: E731
+    assert spec((8, 16)) == PartitionSpec("fsdp", None)  # leading dimension
+    assert spec((6, 12, 40)) == PartitionSpec(None, None, "fsdp")  # largest divisible one
+    assert spec((7, 9)) == PartitionSpec()  # none divisible: replicated
+    assert spec((4, 8)) == PartitionSpec()  # below min_size: replicated
+    both = fsdp_rule(mesh, axes=("data", "fsdp"), min_size=64)
+    assert spec((16, 8), both) == PartitionSpec(("data", "fsdp"), None)
+    keep_3d = lambda path, x: PartitionSpec() if x.ndim == 3 else None  # noqa: E731
+    user = fsdp_rule(mesh, min_size=64, override=keep_3d)
+    assert spec((6, 12, 40), user) == PartitionSpec() and spec((8, 16), user) == spec((8, 16))
+    with pytest.raises(ValueError, match="`axes` must name axes"):
+        fsdp_rule(mesh, axes="model")
+
+
+def test_scaling_bad_input():
+    x = np.zeros((12, 3))
+    with pytest.raises(ValueError, match="`num_shards` is required"):
+        sharded_minibatches(x, 4)
+    with pytest.raises(ValueError, match="divisible by `num_shards` 5"):
+        sharded_minibatches(x, 10, num_shards=5)
+    with pytest.raises(ValueError, match="`process_local=True` needs"):
+        sharded_minibatches(x, 4, num_shards=2, process_local=True)
+    with pytest.raises(ValueError, match="`fsdp` must be an int >= 1 dividing"):
+        data_mesh(fsdp=len(jax.devices()) + 1)
+    args = (lambda m, b, k: jnp.sum(m * b), jnp.zeros(3), lambda k: jnp.ones(3), optax.sgd(0.1))
+    with pytest.raises(ValueError, match="`shard_params` needs a `mesh`"):
+        fit(*args, num_steps=1, key=jr.key(0), shard_params=True)
+    # (the jaxtyping import hook of the tests checks the annotation first)
+    with pytest.raises(TypeError, match="`shard_params` must be|parameter 'shard_params'"):
+        fit(*args, num_steps=1, key=jr.key(0), mesh=data_mesh(), shard_params="fsdp")
