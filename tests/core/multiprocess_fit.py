@@ -4,7 +4,8 @@ Launched by the tests of ``test_core_scale.py`` as ``python -m tests.core.multip
 [CHECKPOINT_DIR]`` in each process, with ``JAX_COORDINATOR_ADDRESS``, ``JAX_NUM_PROCESSES`` and
 ``JAX_PROCESS_ID`` set (the launch recipe of `jaxgen.core.mesh`) and
 ``XLA_FLAGS=--xla_force_host_platform_device_count=2``. Without ``JAX_NUM_PROCESSES`` it runs in
-one process, on a mesh of all its devices and on one device, for the reference results.
+one process, on a mesh of all its devices and on one device, for the reference results, and
+trains the language-model core replicated and FSDP-sharded (`fsdp_transformer`).
 
 Each process holds only its own rows of the data set and draws its part of the global batch
 from them (`sharded_minibatches` with ``process_local=True``).
@@ -59,6 +60,34 @@ def arrays(result):
     return {"losses": result.losses, **{f"p{i}": np.asarray(x) for i, x in enumerate(leaves)}}
 
 
+def fsdp_transformer():
+    """The language-model core trained replicated and FSDP-sharded on a 4-device mesh."""
+    import equinox as eqx
+    import jax.random as jr
+    import numpy as np
+    import optax
+
+    from jaxgen.core import bytes_per_device, data_mesh, fit, minibatches
+    from jaxgen.nn import Transformer
+    from jaxgen.transformers import lm_loss
+
+    vocab, seq = 64, 16
+    model = Transformer(vocab, 64, 1, 4, seq, key=jr.key(0))
+    batches = minibatches(jr.randint(jr.key(1), (64, seq + 1), 0, vocab), 8)
+    kw = dict(num_steps=6, key=jr.key(2), steps_per_call=3, progress=False)
+    plain = fit(lm_loss, model, batches, optax.adam(1e-2), **kw)
+    # Batch over the whole mesh, parameters and Adam moments over its 4-device "fsdp" axis.
+    mesh = data_mesh(fsdp=len(jax.devices()))
+    sharded = fit(lm_loss, model, batches, optax.adam(1e-2), mesh=mesh, shard_params=True, **kw)
+    arrays = lambda r: eqx.filter((r.model, r.opt_state), eqx.is_array)  # noqa: E731
+    return {
+        "fsdp_plain_losses": plain.losses,
+        "fsdp_sharded_losses": sharded.losses,
+        "fsdp_bytes": np.array([bytes_per_device(arrays(r)) for r in (plain, sharded)]),
+        "fsdp_embedding_shard": np.array(sharded.model.embedding.addressable_shards[0].data.shape),
+    }
+
+
 def main(out, checkpoint_dir=None):
     import numpy as np
 
@@ -91,11 +120,12 @@ def main(out, checkpoint_dir=None):
         print(f"RESUMED {jax.process_index()} {result.resumed_from}", flush=True)
         if jax.process_index() == 0:
             np.savez(out, **arrays(result))
-    else:  # the references: one process on a mesh of its devices, and one device
+    else:  # the references: one process on a mesh of its devices, and one device; FSDP
         on_mesh = run(sharded_minibatches((x, y), BATCH, num_shards=NUM_SHARDS, mesh=mesh), mesh)
         one = run(sharded_minibatches((x, y), BATCH, num_shards=NUM_SHARDS), None)
-        np.savez(out, **{f"mesh_{k}": v for k, v in arrays(on_mesh).items()},
-                 **{f"one_{k}": v for k, v in arrays(one).items()})  # fmt: skip
+        results = {f"mesh_{k}": v for k, v in arrays(on_mesh).items()}
+        results.update({f"one_{k}": v for k, v in arrays(one).items()}, **fsdp_transformer())
+        np.savez(out, **results)
     print(f"DONE {jax.process_index()}", flush=True)
 
 

@@ -7,7 +7,6 @@ import signal
 import socket
 import subprocess
 import sys
-import textwrap
 import time
 
 import jax
@@ -92,7 +91,8 @@ def lines(out, tag):
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    """One process with 4 host devices: the run on a 4-device mesh and on one device."""
+    """One process with 4 host devices: the run on a 4-device mesh and on one device, and
+    the FSDP-sharded transformer."""
     out = tmp_path_factory.mktemp("reference") / "ref.npz"
     finish(launch(1, 4, out))
     return load(out)
@@ -145,48 +145,16 @@ def test_two_processes_equal_one_process_and_resume_after_a_kill(reference, tmp_
     assert sorted(os.listdir(ckpt)) == ["step_00000020", "step_00000030"]
 
 
-FSDP_SCRIPT = textwrap.dedent("""
-    import jax, jax.numpy as jnp, jax.random as jr, numpy as np, optax, equinox as eqx
-    from jaxgen.core import bytes_per_device, data_mesh, fit, minibatches
-    from jaxgen.nn import Transformer
-    from jaxgen.transformers import lm_loss
-    assert len(jax.devices()) == 4
-    vocab, seq = 64, 16
-    model = Transformer(vocab, 64, 1, 4, seq, key=jr.key(0))
-    batches = minibatches(jr.randint(jr.key(1), (64, seq + 1), 0, vocab), 8)
-    kw = dict(num_steps=6, key=jr.key(2), steps_per_call=3, progress=False)
-    plain = fit(lm_loss, model, batches, optax.adam(1e-2), **kw)
-    # Batch on the data axis, parameters and Adam moments over the 4-device "fsdp" axis.
-    mesh = data_mesh(fsdp=4)
-    sharded = fit(lm_loss, model, batches, optax.adam(1e-2), mesh=mesh, shard_params=True, **kw)
-    arrays = lambda r: eqx.filter((r.model, r.opt_state), eqx.is_array)
-    embedding = sharded.model.embedding
-    print("EMBEDDING", embedding.sharding.spec, embedding.addressable_shards[0].data.shape)
-    print("BYTES", bytes_per_device(arrays(plain)), bytes_per_device(arrays(sharded)))
-    print("LOSSES", *plain.losses)
-    print("SHARDED", *sharded.losses)
-""")
-
-
-def test_fsdp_sharded_transformer_same_losses_less_memory():
-    env = dict(
-        os.environ,
-        JAX_PLATFORMS="cpu",
-        PYTHONPATH=ROOT,
-        XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=4",
-    )
-    proc = subprocess.run([sys.executable, "-c", FSDP_SCRIPT], capture_output=True, text=True,
-                          env=env, cwd=ROOT, timeout=600)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = {line.split()[0]: line.split()[1:] for line in proc.stdout.splitlines()}
-    plain, sharded = (np.array(out[k], dtype=float) for k in ("LOSSES", "SHARDED"))
-    assert plain[-1] < plain[0]  # it trains
-    np.testing.assert_allclose(sharded, plain, rtol=1e-5)
-    full, per_device = map(int, out["BYTES"])
+def test_fsdp_sharded_transformer_same_losses_less_memory(reference):
+    """`fit(shard_params=True)` on `jaxgen.nn.Transformer` + `lm_loss`, 4 host devices."""
+    plain, sharded = reference["fsdp_plain_losses"], reference["fsdp_sharded_losses"]
+    assert plain.shape == (6,) and plain[-1] < plain[0]  # it trains
+    np.testing.assert_allclose(sharded, plain, rtol=1e-5)  # float32
+    full, per_device = (int(b) for b in reference["fsdp_bytes"])
     ratio = per_device / full
     print(f"per-device parameter + optimiser bytes: {per_device} of {full} ({ratio:.3f}x)")
     assert ratio <= 0.3, (full, per_device, ratio)
-    assert out["EMBEDDING"][-2:] == ["(16,", "64)"], out["EMBEDDING"]
+    assert tuple(reference["fsdp_embedding_shard"]) == (16, 64)  # (vocab / 4, dim)
 
 
 def test_fsdp_rule_picks_a_divisible_dimension_and_obeys_the_user_rule():
