@@ -58,15 +58,15 @@ def init_processes(
     are read from the environment variables ``JAX_COORDINATOR_ADDRESS`` (``host:port`` of
     process 0), ``JAX_NUM_PROCESSES`` and ``JAX_PROCESS_ID``; when those are unset too, JAX
     detects them on SLURM, Open MPI and Kubernetes clusters. On CPU the cross-process
-    collectives go through gloo (``jax_cpu_collectives_implementation``); accelerators use their
-    own (NCCL, ICI). See this module's docstring for the whole launch recipe.
+    collectives go through gloo, JAX's default ``jax_cpu_collectives_implementation`` (the
+    library never changes JAX's configuration; set it in your script for another one);
+    accelerators use their own (NCCL, ICI). The whole launch recipe is in `data_mesh`.
     """
     coordinator_address = coordinator_address or os.environ.get("JAX_COORDINATOR_ADDRESS")
     if num_processes is None and "JAX_NUM_PROCESSES" in os.environ:
         num_processes = int(os.environ["JAX_NUM_PROCESSES"])
     if process_id is None and "JAX_PROCESS_ID" in os.environ:
         process_id = int(os.environ["JAX_PROCESS_ID"])
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(
         coordinator_address=coordinator_address,
         num_processes=num_processes,
@@ -86,8 +86,27 @@ def data_mesh(devices: Sequence[jax.Device] | None = None, *, fsdp: int = 1) -> 
     Returns:
         The mesh. Batches are split over all its axes (every device sees distinct rows).
 
-    Multi-process runs call `init_processes` first (the launch recipe is in this module's
-    docstring); the mesh then spans every process and `fit` trains on the global batch.
+    Multi-process (multi-host) launch: run the same script once per host, with
+
+    - ``JAX_COORDINATOR_ADDRESS=host0:PORT`` (process 0's address and a free port),
+      ``JAX_NUM_PROCESSES=N`` and ``JAX_PROCESS_ID=i`` in process ``i``'s environment (under
+      SLURM, ``srun python -m my.train`` with one task per host, these may be left unset);
+    - on CPU, ``XLA_FLAGS=--xla_force_host_platform_device_count=K`` for ``K`` devices per
+      process;
+    - `init_processes` called first in the script, then ``mesh = data_mesh()`` (every device of
+      every process), ``sharded_minibatches(rows, batch_size, mesh=mesh, process_local=True)``
+      over this process's rows only, and ``fit(..., mesh=mesh, checkpoint_dir=shared_dir)``:
+      process 0 writes the checkpoints, every process resumes from them.
+
+    Example::
+
+        # on host i of N:
+        # JAX_COORDINATOR_ADDRESS=host0:1234 JAX_NUM_PROCESSES=N JAX_PROCESS_ID=i python -m my.train
+        init_processes()
+        mesh = data_mesh()
+        rows = load_rows(jax.process_index(), jax.process_count())
+        batches = sharded_minibatches(rows, 256, mesh=mesh, process_local=True)
+        result = fit(loss, model, batches, optimizer, num_steps=10_000, key=key, mesh=mesh)
     """
     devices = jax.devices() if devices is None else list(devices)
     if isinstance(fsdp, bool) or not isinstance(fsdp, int) or fsdp < 1 or len(devices) % fsdp:

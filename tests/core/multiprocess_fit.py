@@ -94,6 +94,7 @@ def main(out, checkpoint_dir=None):
     from jaxgen.core import data_mesh, init_processes, sharded_minibatches
 
     if "JAX_NUM_PROCESSES" in os.environ:
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")  # the default, stated
         init_processes()  # reads JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID
     import jaxgen.core.train as train
 
