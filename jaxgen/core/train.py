@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 import optax
-from jax.sharding import Mesh
+from jax.sharding import Mesh, PartitionSpec
 from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
 
 from .checkpoint import load_latest_checkpoint, prune_checkpoints, save_checkpoint
@@ -562,13 +562,16 @@ def fit(
     model, opt_state, state = jax.tree_util.tree_map(
         lambda x: jnp.array(x, dtype=x.dtype) if eqx.is_array(x) else x, (model, opt_state, state)
     )
+    # On a mesh every carried array keeps one sharding from chunk to chunk (constrained inside
+    # the chunk), so the second chunk reuses the first one's executable.
     shardings = None
-    if shard_params is not False:
-        rule = fsdp_rule(mesh, override=None if shard_params is True else shard_params)
+    if mesh is not None:
+        if shard_params is False:
+            rule = lambda path, x: PartitionSpec()  # noqa: E731  (replicated)
+        else:
+            rule = fsdp_rule(mesh, override=None if shard_params is True else shard_params)
         shardings = param_shardings(eqx.filter((model, opt_state, state), eqx.is_array), mesh, rule)
         model, opt_state, state = _shard_tree((model, opt_state, state), mesh, rule)
-    elif mesh is not None:
-        model, opt_state, state = replicate((model, opt_state, state), mesh)
 
     def checkpoint(step: int) -> None:
         nonlocal last_checkpoint
@@ -616,7 +619,7 @@ def fit(
                 losses.append(float(values[j]))
         pending.clear()
 
-    halted = jnp.asarray(False)
+    halted = jnp.asarray(False) if mesh is None else replicate(jnp.asarray(False), mesh)
     step = start
     try:
         while step < num_steps:

@@ -13,6 +13,7 @@ from them (`sharded_minibatches` with ``process_local=True``).
 
 import os
 import sys
+import tempfile
 
 import jax
 
@@ -74,13 +75,23 @@ def fsdp_transformer():
     vocab, seq = 64, 16
     model = Transformer(vocab, 64, 1, 4, seq, key=jr.key(0))
     batches = minibatches(jr.randint(jr.key(1), (64, seq + 1), 0, vocab), 8)
+    # One optimiser object: a new one is a new static argument (a new compilation).
     kw = dict(num_steps=6, key=jr.key(2), steps_per_call=3, progress=False)
-    plain = fit(lm_loss, model, batches, optax.adam(1e-2), **kw)
+    adam = optax.adam(1e-2)
+    plain = fit(lm_loss, model, batches, adam, **kw)
     # Batch over the whole mesh, parameters and Adam moments over its 4-device "fsdp" axis.
     mesh = data_mesh(fsdp=len(jax.devices()))
-    sharded = fit(lm_loss, model, batches, optax.adam(1e-2), mesh=mesh, shard_params=True, **kw)
+    sharded = fit(lm_loss, model, batches, adam, mesh=mesh, shard_params=True, **kw)
+    # Checkpointed at step 3 and resumed: the sharded state round-trips through the files.
+    with tempfile.TemporaryDirectory() as directory:
+        ckpt = dict(mesh=mesh, shard_params=True, checkpoint_dir=directory, checkpoint_every=3)
+        fit(lm_loss, model, batches, adam, **{**kw, "num_steps": 3}, **ckpt)
+        resumed = fit(lm_loss, model, batches, adam, **kw, **ckpt)
     arrays = lambda r: eqx.filter((r.model, r.opt_state), eqx.is_array)  # noqa: E731
     return {
+        "fsdp_resumed_from": np.array(resumed.resumed_from),
+        "fsdp_resumed_losses": resumed.losses,
+        "fsdp_resumed_bytes": np.array(bytes_per_device(arrays(resumed))),
         "fsdp_plain_losses": plain.losses,
         "fsdp_sharded_losses": sharded.losses,
         "fsdp_bytes": np.array([bytes_per_device(arrays(r)) for r in (plain, sharded)]),

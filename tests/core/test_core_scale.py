@@ -155,6 +155,10 @@ def test_fsdp_sharded_transformer_same_losses_less_memory(reference):
     print(f"per-device parameter + optimiser bytes: {per_device} of {full} ({ratio:.3f}x)")
     assert ratio <= 0.3, (full, per_device, ratio)
     assert tuple(reference["fsdp_embedding_shard"]) == (16, 64)  # (vocab / 4, dim)
+    # Checkpointed at step 3 and resumed sharded: the uninterrupted sharded run.
+    assert int(reference["fsdp_resumed_from"]) == 3
+    np.testing.assert_array_equal(reference["fsdp_resumed_losses"], sharded)
+    assert int(reference["fsdp_resumed_bytes"]) == per_device
 
 
 def test_fsdp_rule_picks_a_divisible_dimension_and_obeys_the_user_rule():
