@@ -16,14 +16,29 @@ from ._montecarlo import (
 )
 from ._results import RESULTS as RESULTS
 from .checkpoint import (
+    CheckpointWarning as CheckpointWarning,
+    CorruptCheckpointError as CorruptCheckpointError,
     latest_checkpoint as latest_checkpoint,
     load_checkpoint as load_checkpoint,
+    load_latest_checkpoint as load_latest_checkpoint,
     save_checkpoint as save_checkpoint,
+    verify_checkpoint as verify_checkpoint,
 )
-from .mesh import data_mesh as data_mesh, replicate as replicate, shard_batch as shard_batch
+from .mesh import (
+    bytes_per_device as bytes_per_device,
+    data_mesh as data_mesh,
+    fsdp_rule as fsdp_rule,
+    init_processes as init_processes,
+    param_shardings as param_shardings,
+    replicate as replicate,
+    shard_batch as shard_batch,
+    shard_params as shard_params,
+    sharded_minibatches as sharded_minibatches,
+)
 from .solve import solve_ode as solve_ode, solve_sde as solve_sde
 from .train import (
     FitResult as FitResult,
+    NonFiniteError as NonFiniteError,
     adamw_cosine as adamw_cosine,
     fit as fit,
     make_step as make_step,

@@ -318,7 +318,7 @@ def test_fit_keeps_the_callers_model_and_compiles_once(getkey):
     m, o, s, sampler = model, opt.init(model), None, regression_sampler(8)
     for start in (0, 10, 20):  # the last chunk is cut short: same executable
         step_kwargs = dict(loss_fn=squared_loss, batches=sampler, optimizer=opt, mesh=None)
-        m, o, s, _ = counted(
+        m, o, s, *_ = counted(
             (getkey(), step_kwargs),
             m,
             o,
