@@ -6,16 +6,20 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
+import optax
 import pytest
 
-from jaxgen.core import minibatches
+from jaxgen.core import fit, minibatches
 from jaxgen.nn import AbstractAdaptableMixer, AbstractCausalLM, Transformer
 from jaxgen.transformers import (
+    AbstractICLRegressor,
     attach_lora,
     evaluate_lm,
+    icl_loss,
     lm_loss,
     sample_lm,
     score_sequences,
+    task_batch,
     train_lm,
 )
 
@@ -98,7 +102,9 @@ def test_user_lm_wrapping_the_builtin_matches_it():
     base = Transformer(V, 8, 1, 2, L, key=jr.key(3))
     user = Wrapped(base)
     data = _cyclic(4)
-    np.testing.assert_allclose(lm_loss(user, data, None), lm_loss(base, data, None), rtol=1e-6)
+    np.testing.assert_allclose(
+        lm_loss(user, data, jr.key(0)), lm_loss(base, data, jr.key(0)), rtol=1e-6
+    )
     np.testing.assert_allclose(score_sequences(user, data), score_sequences(base, data), rtol=1e-6)
     a = sample_lm(jr.key(4), user, 3, L, prompt=jnp.array([1]))
     b = sample_lm(jr.key(4), base, 3, L, prompt=jnp.array([1]))
@@ -111,7 +117,7 @@ def test_lm_slot_rejects_a_non_conforming_module():
             return jnp.zeros((tokens.shape[0], V))
 
     with pytest.raises(TypeError, match=r"model[\s\S]*AbstractCausalLM"):
-        lm_loss(NotAnLM(), _cyclic(2), None)
+        lm_loss(NotAnLM(), _cyclic(2), jr.key(0))
     with pytest.raises(TypeError, match=r"model[\s\S]*AbstractCausalLM"):
         sample_lm(jr.key(0), NotAnLM(), 2, L, prompt=jnp.array([0]))
 
@@ -157,3 +163,29 @@ def test_user_adaptable_mixer_takes_lora():
         jnp.ones_like(lora.adapters[0]["mixer.w_out"].B),
     )
     assert not np.allclose(bumped(x), base(x))  # the hook reaches the user's mixer
+
+
+class ShrunkMean(AbstractICLRegressor):
+    """A user's in-context regressor: ``w * mean(y over the context) + b`` at every query."""
+
+    w: jax.Array
+    b: jax.Array
+
+    def _predict(self, x, y, xq, ctx):
+        mean = jnp.sum(jnp.where(ctx, y, 0.0)) / jnp.maximum(jnp.sum(ctx), 1)
+        return jnp.broadcast_to(self.w * mean + self.b, xq.shape[:-1])
+
+
+def _icl_batches(key):
+    return task_batch(key, batch=16, n_min=4, n_max=8, D=3, kappa=1.0, num_queries=2)
+
+
+def test_user_icl_regressor_loss_and_fit():
+    model = ShrunkMean(jnp.asarray(0.0), jnp.asarray(1.0))
+    batch = _icl_batches(jr.key(8))
+    l0 = float(icl_loss(model, batch))
+    res = fit(icl_loss, model, _icl_batches, optax.adam(0.1), num_steps=40, key=jr.key(9),
+              progress=False)  # fmt: skip
+    assert np.all(np.isfinite(res.losses)) and float(icl_loss(res.model, batch)) < l0
+    with pytest.raises(TypeError, match=r"model[\s\S]*AbstractICLRegressor"):
+        icl_loss(BigramLM(V, L), batch)
