@@ -52,13 +52,16 @@ class AbstractDiffusionModel(eqx.Module):
         x0: Float[Array, " dim"],
         lam: Float[Array, " p"],
     ) -> Float[Array, ""]:
-        """Optional closed form of ``log p_lam(t, x | x0)``; ``NotImplemented`` when there is none.
+        """Optional closed form of ``log p_lam(t, x | x0)`` on checked arguments.
 
         Override it in a model with a known transition density; `exact_log_transition` checks
-        the arguments and calls it (and raises ``TypeError`` for ``NotImplemented``).
+        the arguments and calls it. The default raises ``TypeError`` (no closed form).
         """
         del t, x, x0, lam
-        return NotImplemented
+        raise TypeError(
+            f"`model`: no closed-form transition density for {type(self).__name__} (override "
+            "`log_transition`); use a learned TransitionFlow or Monte Carlo."
+        )
 
     @property
     def shift_invariant(self) -> tuple[bool, ...]:
@@ -287,8 +290,8 @@ def exact_log_transition(
     CIR: log p = log(2 c_t) + log ncχ²(2 c_t x; df, nc) (see `cir_transition_params`).
 
     Raises:
-        TypeError: for models without a closed-form transition (Heston; ``log_transition``
-            returns ``NotImplemented``).
+        TypeError: for models without a closed-form transition (Heston: ``log_transition`` is
+            not overridden).
 
     References:
         Cox, Ingersoll and Ross (1985), Econometrica 53, 385-407.
@@ -302,14 +305,7 @@ def exact_log_transition(
         raise ValueError(
             f"`x` and `x0` must have shape ({model.dim},), got {x.shape} and {x0.shape}."
         )
-    logp = model.log_transition(t, x, x0, lam)
-    if logp is NotImplemented:
-        raise TypeError(
-            f"`model`: no closed-form transition density for {type(model).__name__} (its "
-            "`log_transition` returns NotImplemented); use a learned TransitionFlow or Monte "
-            "Carlo."
-        )
-    return logp
+    return model.log_transition(t, x, x0, lam)
 
 
 def sample_cir_exact(

@@ -56,12 +56,15 @@ def _teacher_loss(model, batch, key):
     return flow_matching_loss(model, (noise, x, cond), key, interpolant=LinearInterpolant())
 
 
+_teacher_loss_jit = eqx.filter_jit(_teacher_loss)
+
+
 def test_user_sr_field_loss_fit_features_sampler():
     key = jr.key(0)
     cond = jr.normal(key, (64, DIM))
     x = 2.0 * cond  # the HR image is a fixed function of the condition
     net = AffineSR(DIM, key=jr.key(1))
-    l0 = float(_teacher_loss(net, (x, cond), jr.key(2)))
+    l0 = float(_teacher_loss_jit(net, (x, cond), jr.key(2)))
     res = fit(
         _teacher_loss,
         net,
@@ -71,14 +74,15 @@ def test_user_sr_field_loss_fit_features_sampler():
         key=jr.key(3),
         progress=False,
     )
-    l1 = float(_teacher_loss(res.model, (x, cond), jr.key(2)))
+    l1 = float(_teacher_loss_jit(res.model, (x, cond), jr.key(2)))
     assert np.isfinite(l1) and l1 < 0.5 * l0
     teacher = NoiseAtOneVelocity(res.model)
     features = FrozenFeatures(teacher, tau=0.1)
-    feats = features(x[0], cond[0])
-    assert [f.shape for f in feats] == [(8,)]
     disc = FeatureDiscriminator((8,), DIM, width=4, key=jr.key(4))
-    assert disc(feats, cond[0]).shape == ()
+    feats, logit = eqx.filter_jit(lambda f, d, x, c: (f(x, c), d(f(x, c), c)))(
+        features, disc, x[0], cond[0]
+    )
+    assert [f.shape for f in feats] == [(8,)] and logit.shape == ()
     draw = eqx.filter_jit(sample_velocity_euler)(jr.key(5), teacher, cond[0], DIM, steps=8)
     assert draw.shape == (DIM,) and np.all(np.isfinite(draw))
     # the trained teacher carries noise to (close to) the target 2 c, far from where it started

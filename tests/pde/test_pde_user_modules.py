@@ -73,13 +73,13 @@ def test_user_diffusion_transition_simulation_likelihood():
     x0, x = jnp.array([0.2]), jnp.array([0.9])
     want = norm.logpdf(0.9, 0.2 + 0.5 * 0.4, 0.8 * np.sqrt(0.4))
     np.testing.assert_allclose(exact_log_transition(model, 0.4, x, x0, LAM), want, rtol=1e-6)
-    paths = jax.vmap(lambda k: simulate_path(k, model, x0, LAM, 0.25, 4, substeps=2))(
-        jr.split(jr.key(0), 400)
-    )
+    paths = eqx.filter_jit(
+        jax.vmap(lambda k: simulate_path(k, model, x0, LAM, 0.25, 4, substeps=2))
+    )(jr.split(jr.key(0), 400))
     assert paths.shape == (400, 5, 1) and np.all(np.isfinite(paths))
     end = np.asarray(paths[:, -1, 0])  # X_1 ~ N(0.7, 0.64): Euler is exact for this SDE
     assert abs(end.mean() - 0.7) < 4 * 0.8 / np.sqrt(400)
-    ll = exact_path_loglik(model, paths[0], LAM, 0.25)
+    ll = eqx.filter_jit(exact_path_loglik)(model, paths[0], LAM, 0.25)
     steps = paths[0, 1:, 0] - paths[0, :-1, 0]
     np.testing.assert_allclose(ll, jnp.sum(norm.logpdf(steps, 0.5 * 0.25, 0.8 * 0.5)), rtol=1e-5)
 
@@ -100,7 +100,7 @@ def test_user_diffusion_transition_flow_loss_and_trainer():
         key=jr.key(1),
     )
     batch = (jnp.array([0.1, 0.5]), jnp.zeros((2, 1)), jnp.tile(LAM, (2, 1)), jnp.ones((2, 1)))
-    assert np.isfinite(float(spacetime_loss(flow, batch, None)))
+    assert np.isfinite(float(eqx.filter_jit(spacetime_loss)(flow, batch, jr.key(0))))
     trained, losses = spacetime_train(
         flow, _condition, key=jr.key(2), num_steps=3, batch_size=4, learning_rate=1e-2
     )
