@@ -83,7 +83,7 @@ def test_user_kernel_and_residual_sample_fit_importance():
     np.testing.assert_allclose(a.edge_loss, b.edge_loss, rtol=1e-5, atol=1e-7)
     # The proxy is exact, so the identity residual is optimal: from a perturbed one, training
     # the user's residual must bring the loss down.
-    ctrl0 = DiagonalAffine(jnp.array([0.4, -0.3]), jnp.array([0.5, -0.5]), 2)
+    ctrl0 = DiagonalAffine(s=jnp.array([0.4, -0.3]), b=jnp.array([0.5, -0.5]), dim=2)
     draw, loss = _draws(jr.key(1), gt, ctrl0)
     assert draw.states.shape == (N, 2) and np.isfinite(float(loss))
     res = fit_nbffg(jr.key(2), gt, ctrl0, num_steps=30, mode="path", batch_size=2, progress=False)

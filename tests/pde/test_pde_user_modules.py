@@ -88,8 +88,8 @@ def _condition(key):
     return jnp.array([0.0]), LAM
 
 
-def test_user_diffusion_transition_flow_loss_and_trainer():
-    flow = TransitionFlow(
+def _flow():
+    return TransitionFlow(
         DriftedBM(),
         jnp.array([-1.0, 0.0, 0.5]),
         jnp.array([1.0, 1.0, 1.0]),
@@ -99,8 +99,16 @@ def test_user_diffusion_transition_flow_loss_and_trainer():
         time_range=(1e-2, 1.0),
         key=jr.key(1),
     )
+
+
+def test_user_diffusion_transition_flow_loss():
     batch = (jnp.array([0.1, 0.5]), jnp.zeros((2, 1)), jnp.tile(LAM, (2, 1)), jnp.ones((2, 1)))
-    assert np.isfinite(float(eqx.filter_jit(spacetime_loss)(flow, batch, jr.key(0))))
+    assert np.isfinite(float(eqx.filter_jit(spacetime_loss)(_flow(), batch, jr.key(0))))
+
+
+@pytest.mark.slow  # compiles a fit step with second derivatives (like test_spacetime_train_runs)
+def test_user_diffusion_transition_flow_trainer():
+    flow = _flow()
     trained, losses = spacetime_train(
         flow, _condition, key=jr.key(2), num_steps=3, batch_size=4, learning_rate=1e-2
     )

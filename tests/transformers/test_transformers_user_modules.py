@@ -175,15 +175,16 @@ class ShrunkMean(AbstractICLRegressor):
 
 
 def _icl_batches(key):
-    return task_batch(key, batch=16, n_min=4, n_max=8, D=3, kappa=0.5, num_queries=2)
+    return task_batch(key, batch=16, n_min=4, n_max=8, D=3, kappa=0.5, num_queries=2, J=4)
 
 
 def test_user_icl_regressor_loss_and_fit():
     model = ShrunkMean(jnp.asarray(0.0), jnp.asarray(1.0))
-    batch = _icl_batches(jr.key(8))
-    l0 = float(icl_loss(model, batch))
+    batch = jax.jit(_icl_batches)(jr.key(8))
+    loss = eqx.filter_jit(icl_loss)
+    l0 = float(loss(model, batch))
     res = fit(icl_loss, model, _icl_batches, optax.adam(0.1), num_steps=40, key=jr.key(9),
               progress=False)  # fmt: skip
-    assert np.all(np.isfinite(res.losses)) and float(icl_loss(res.model, batch)) < l0
+    assert np.all(np.isfinite(res.losses)) and float(loss(res.model, batch)) < l0
     with pytest.raises(TypeError, match=r"model[\s\S]*AbstractICLRegressor"):
         icl_loss(BigramLM(V, L), batch)
