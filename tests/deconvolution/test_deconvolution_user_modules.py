@@ -32,11 +32,12 @@ class NormalPrior(AbstractPrior):
     log_s: jax.Array
 
     def sample(self, key, num):
-        return self.mu + jnp.exp(self.log_s) * jr.normal(key, (num, self.mu.shape[0]))
+        u = jr.normal(key, (num, self.mu.shape[0]))
+        return self.mu[None, :] + jnp.exp(self.log_s)[None, :] * u
 
     def log_prob(self, z):
-        u = (z - self.mu) * jnp.exp(-self.log_s)
-        return jnp.sum(-0.5 * u**2 - self.log_s - 0.5 * math.log(2 * math.pi), -1)
+        u = (z - self.mu[None, :]) * jnp.exp(-self.log_s)[None, :]
+        return jnp.sum(-0.5 * u**2 - self.log_s[None, :] - 0.5 * math.log(2 * math.pi), -1)
 
 
 class UniformNoise(AbstractNoiseModel):
