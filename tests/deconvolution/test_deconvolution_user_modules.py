@@ -103,11 +103,11 @@ def test_user_prior_and_noise_fit_and_denoise():
         noise=UniformNoise(),
         num_steps=60,
         batch_size=64,
-        learning_rate=5e-2,
+        learning_rate=0.15,
         progress=False,
     )
     assert isinstance(res.prior, NormalPrior) and np.all(np.isfinite(res.losses))
-    assert abs(float(res.prior.mu[0]) - 2.0) < 0.4  # from 0 towards the true mean 2
+    assert abs(float(res.prior.mu[0]) - 2.0) < 0.4  # from 0 to the true mean 2 (2.13 measured)
     means, ses = posterior_mean_snis(
         res.prior, x[:8], s[:8], key=jr.key(3), noise=UniformNoise(), num_samples=128
     )
