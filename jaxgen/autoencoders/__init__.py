@@ -3,6 +3,7 @@ manifolds (NcAE), the six baselines of the paper, and their metrics.
 """
 
 from ._cae import (
+    AbstractAutoencoder as AbstractAutoencoder,
     BiorthoLayer as BiorthoLayer,
     ConstrainedAE as ConstrainedAE,
     hyperbolic_pair as hyperbolic_pair,

@@ -21,6 +21,7 @@ References:
     dynamical systems using constrained autoencoders, Chaos 33 (2023), arXiv:2307.15288.
 """
 
+import abc
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -155,7 +156,28 @@ def check_sample(x: Array, size: int, name: str) -> Array:
     return eqx.error_if(x, ~jnp.all(jnp.isfinite(x)), f"`{name}` has NaN or inf entries.")
 
 
-class ConstrainedAE(eqx.Module):
+class AbstractAutoencoder(eqx.Module):
+    """The autoencoder slot: a (context-conditioned) encoder/decoder pair on ONE sample.
+
+    Subclasses give ``encode(x (N,), c (p,)) -> (r,)``, ``decode(z (r,), c) -> (N,)`` and
+    ``project(x, c) = decode(encode(x, c), c)`` (an unconditioned model ignores ``c``). A model
+    that also has ``log_condition()`` gets `ncae_loss`'s conditioning penalty.
+    """
+
+    @abc.abstractmethod
+    def encode(self, x: Float[Array, " N"], c: Any = None) -> Float[Array, " r"]:
+        """Code of one sample under context ``c``."""
+
+    @abc.abstractmethod
+    def decode(self, z: Float[Array, " r"], c: Any = None) -> Float[Array, " N"]:
+        """Reconstruction of one code under context ``c``."""
+
+    @abc.abstractmethod
+    def project(self, x: Float[Array, " N"], c: Any = None) -> Float[Array, " N"]:
+        """``decode(encode(x, c), c)``."""
+
+
+class ConstrainedAE(AbstractAutoencoder):
     """A constrained autoencoder: `BiorthoLayer` s from ambient ``dims[0]`` to latent ``dims[-1]``.
 
     ``project = decode o encode`` is idempotent by construction. ``c`` is accepted (and ignored)

@@ -7,12 +7,13 @@ the model's operations one by one.
 """
 
 from collections.abc import Callable
-from typing import Any
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
+
+from ._cae import AbstractAutoencoder
 
 
 def _check_batch(X: Array, C: Array) -> tuple[Array, Array]:
@@ -54,7 +55,7 @@ def idempotency_error(project: Callable, X: Array, C: Array, n_iter: int = 1) ->
 
 
 @eqx.filter_jit
-def left_inverse_error(model: Any, X: Array, C: Array) -> Float[Array, ""]:
+def left_inverse_error(model: AbstractAutoencoder, X: Array, C: Array) -> Float[Array, ""]:
     """``mean ||E_c(D_c(z)) - z|| / mean ||z||`` at the latents ``z = E_c(x)`` of the data."""
     X, C = _check_batch(X, C)
     z = jax.vmap(model.encode)(X, C)
@@ -63,7 +64,7 @@ def left_inverse_error(model: Any, X: Array, C: Array) -> Float[Array, ""]:
 
 
 @eqx.filter_jit
-def decoder_condition(model: Any, X: Array, C: Array) -> Float[Array, ""]:
+def decoder_condition(model: AbstractAutoencoder, X: Array, C: Array) -> Float[Array, ""]:
     """Median over the data of ``cond(J_D^T J_D)``, the decoder's metric distortion."""
     X, C = _check_batch(X, C)
     z = jax.vmap(model.encode)(X, C)
@@ -77,7 +78,9 @@ def decoder_condition(model: Any, X: Array, C: Array) -> Float[Array, ""]:
 
 
 @eqx.filter_jit
-def context_lipschitz(model: Any, Z: Array, C: Array, delta: float) -> Float[Array, ""]:
+def context_lipschitz(
+    model: AbstractAutoencoder, Z: Array, C: Array, delta: float
+) -> Float[Array, ""]:
     """``mean ||D_{c+delta}(z) - D_c(z)|| / delta`` (stable in delta => smooth in c)."""
     Z, C = jnp.asarray(Z), jnp.asarray(C)
     if not delta > 0:

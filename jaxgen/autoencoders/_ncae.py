@@ -29,7 +29,8 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from ._cae import DEFAULT_ALPHA, ConstrainedAE, check_dims, check_sample
+from ..core.checks import check_module
+from ._cae import DEFAULT_ALPHA, AbstractAutoencoder, ConstrainedAE, check_dims, check_sample
 
 MODES = ("slope_shift", "angle")
 
@@ -57,7 +58,7 @@ def _check_context(c: Any, size: int) -> Array:
     return check_sample(jnp.atleast_1d(jnp.asarray(c)), size, "c")
 
 
-class NcAE(eqx.Module):
+class NcAE(AbstractAutoencoder):
     """Neuromodulated constrained autoencoder on one sample ``x (N,)`` and context ``c (p,)``.
 
     Attributes:
@@ -186,7 +187,7 @@ def _mirror(dims: tuple[int, ...]) -> tuple[list[int], list[int]]:
     return list(dims), list(reversed(dims))
 
 
-class MLPAutoencoder(eqx.Module):
+class MLPAutoencoder(AbstractAutoencoder):
     """B1: an MLP autoencoder with the widths of ``dims``; the context is ignored."""
 
     encoder: _MLP
@@ -212,7 +213,7 @@ class MLPAutoencoder(eqx.Module):
         return self.decode(self.encode(x, c), c)
 
 
-class ConcatAE(eqx.Module):
+class ConcatAE(AbstractAutoencoder):
     """B2: an MLP autoencoder with the context concatenated to encoder and decoder inputs."""
 
     encoder: _MLP
@@ -242,7 +243,7 @@ class ConcatAE(eqx.Module):
         return self.decode(self.encode(x, c), c)
 
 
-class FiLMAE(eqx.Module):
+class FiLMAE(AbstractAutoencoder):
     """B3: an MLP autoencoder whose hidden layers are FiLM-modulated by a context MLP."""
 
     encoder: _MLP
@@ -281,7 +282,7 @@ class FiLMAE(eqx.Module):
         return self.decode(self.encode(x, c), c)
 
 
-class ConcatCAE(eqx.Module):
+class ConcatCAE(AbstractAutoencoder):
     """B5: a constrained autoencoder of the augmented vector ``(x, c)``.
 
     It is a projection of the joint vector; ``project(x, c)`` keeps the x-part, so applying it
@@ -321,7 +322,7 @@ class ConcatCAE(eqx.Module):
         return self.cae.log_condition()
 
 
-class FiLMCAE(eqx.Module):
+class FiLMCAE(AbstractAutoencoder):
     """B6: a cAE whose encoder and decoder pre-activations get INDEPENDENT FiLM modulations.
 
     Decoder ``sigma_+(g_d z + b_d)`` and encoder ``(sigma_-(.) - b_e) / g_e`` with separately
@@ -386,7 +387,7 @@ class FiLMCAE(eqx.Module):
 CONDITION_WEIGHT = 1e-3
 
 
-def ncae_loss(model: Any, batch: tuple[Array, Array], key: Any) -> Float[Array, ""]:
+def ncae_loss(model: AbstractAutoencoder, batch: tuple[Array, Array], key: Any) -> Float[Array, ""]:
     r"""Relative reconstruction error plus the conditioning penalty (spec §2.4).
 
     :math:`\operatorname{mean}_i\|P_{c_i}(x_i) - x_i\|^2 / \operatorname{mean}_i\|x_i -
@@ -396,11 +397,12 @@ def ncae_loss(model: Any, batch: tuple[Array, Array], key: Any) -> Float[Array, 
     model with ``project(x, c)``; use with `jaxgen.core.fit` and `jaxgen.core.minibatches`.
 
     Args:
-        model: NcAE or a baseline.
+        model: any `AbstractAutoencoder` (NcAE, a baseline or your own subclass).
         batch: ``(X (B, N), C (B, p))``.
         key: unused (deterministic loss).
     """
     del key
+    check_module(model, AbstractAutoencoder, "model")
     X, C = batch
     if X.ndim != 2 or C.ndim != 2 or C.shape[0] != X.shape[0]:
         raise ValueError(f"`batch` must be (X (B, N), C (B, p)), got {X.shape} and {C.shape}.")

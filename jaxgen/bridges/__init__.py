@@ -50,6 +50,10 @@ from ._train import (
     fit_log_potential as fit_log_potential,
 )
 from .trees import (
+    AbstractKernelResidual as AbstractKernelResidual,
+    AbstractSDEControl as AbstractSDEControl,
+    AbstractTreeKernel as AbstractTreeKernel,
+    AbstractTreeSDE as AbstractTreeSDE,
     Canonical as Canonical,
     ControlNet as ControlNet,
     GuidedSample as GuidedSample,

@@ -24,8 +24,15 @@ from ._losses import (
     gaussian_conv_kernel as gaussian_conv_kernel,
     quantile_bandwidths as quantile_bandwidths,
 )
-from ._noise import NoiseModel as NoiseModel, noise_covariances as noise_covariances
+from ._noise import (
+    AbstractNoiseModel as AbstractNoiseModel,
+    GaussianNoise as GaussianNoise,
+    LaplaceNoise as LaplaceNoise,
+    NoiseModel as NoiseModel,
+    noise_covariances as noise_covariances,
+)
 from ._priors import (
+    AbstractPrior as AbstractPrior,
     FlowPrior as FlowPrior,
     GaussianMixture as GaussianMixture,
     init_gaussian_mixture as init_gaussian_mixture,

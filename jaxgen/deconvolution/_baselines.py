@@ -9,7 +9,8 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
 from ..core import RESULTS, iterate
-from ._noise import NoiseModel, check_observations, check_scales
+from ..core.checks import check_module
+from ._noise import AbstractNoiseModel, check_observations, check_scales
 
 
 class NPMLEResult(NamedTuple):
@@ -30,10 +31,8 @@ class NPMLEResult(NamedTuple):
     result: RESULTS
 
 
-def _check_noise(noise: NoiseModel) -> NoiseModel:
-    if not isinstance(noise, NoiseModel):
-        raise TypeError(f"`noise` must be a NoiseModel, got {type(noise).__name__}.")
-    return noise
+def _check_noise(noise: AbstractNoiseModel) -> AbstractNoiseModel:
+    return check_module(noise, AbstractNoiseModel, "noise")
 
 
 def _check_grid(grid: Array, dim: int) -> Array:
@@ -42,7 +41,7 @@ def _check_grid(grid: Array, dim: int) -> Array:
     return eqx.error_if(grid, ~jnp.all(jnp.isfinite(grid)), "`grid` contains NaN or inf.")
 
 
-def _log_lik_matrix(x: Array, scales: Array, grid: Array, noise: NoiseModel) -> Array:
+def _log_lik_matrix(x: Array, scales: Array, grid: Array, noise: AbstractNoiseModel) -> Array:
     """Log L_im = log f_{eps,i}(x_i - g_m), shape (n, M)."""
     return jax.vmap(lambda g: noise.log_density(x - g[None], scales), out_axes=1)(grid)
 
@@ -52,7 +51,7 @@ def npmle_em(
     scales: Float[Array, "n ..."],
     grid: Float[Array, "M dim"],
     *,
-    noise: NoiseModel,
+    noise: AbstractNoiseModel,
     max_steps: int = 2000,
     tol: float = 1e-6,
     throw: bool = True,
@@ -70,7 +69,7 @@ def npmle_em(
         x: observations (n >= 2, dim).
         scales: per-observation noise scales.
         grid: (M, dim) support points.
-        noise: the known `NoiseModel`.
+        noise: the known `AbstractNoiseModel` (e.g. `NoiseModel("gaussian")`).
         max_steps: most EM iterations.
         tol: KKT-gap tolerance.
         throw: raise if ``max_steps`` is reached (else read ``result``).
@@ -89,11 +88,17 @@ def npmle_em(
 
 @eqx.filter_jit
 def _npmle_em(
-    x: Array, scales: Array, grid: Array, tol: Array, noise: NoiseModel, max_steps: int, throw: bool
+    x: Array,
+    scales: Array,
+    grid: Array,
+    tol: Array,
+    noise: AbstractNoiseModel,
+    max_steps: int,
+    throw: bool,
 ) -> NPMLEResult:
     """`npmle_em` after its type checks: one compiled program per shape and ``max_steps``."""
     x = check_observations(x)
-    scales = check_scales(scales, x.shape, noise.kind).astype(x.dtype)
+    scales = check_scales(scales, x.shape, noise).astype(x.dtype)
     grid = _check_grid(jnp.asarray(grid, x.dtype), x.shape[1])
     tol = tol.astype(x.dtype)
     log_l = _log_lik_matrix(x, scales, grid, noise)
@@ -130,7 +135,7 @@ def npmle_posterior_mean(
     grid: Float[Array, "M dim"],
     weights: Float[Array, " M"],
     *,
-    noise: NoiseModel,
+    noise: AbstractNoiseModel,
     batch_size: int | None = 512,
 ) -> Float[Array, "n dim"]:
     r"""Posterior mean under the discrete prior $\sum_m \pi_m \delta_{g_m}$.
@@ -144,7 +149,7 @@ def npmle_posterior_mean(
         scales: per-observation noise scales.
         grid: (M, dim) atoms.
         weights: (M,) non-negative masses (normalised here).
-        noise: the known `NoiseModel`.
+        noise: the known `AbstractNoiseModel` (e.g. `NoiseModel("gaussian")`).
         batch_size: observations per chunk (memory), ``None`` for all at once.
 
     Returns:
@@ -155,11 +160,16 @@ def npmle_posterior_mean(
 
 @eqx.filter_jit
 def _npmle_posterior_mean(
-    x: Array, scales: Array, grid: Array, weights: Array, noise: NoiseModel, batch_size: int | None
+    x: Array,
+    scales: Array,
+    grid: Array,
+    weights: Array,
+    noise: AbstractNoiseModel,
+    batch_size: int | None,
 ) -> Array:
     """`npmle_posterior_mean` as one compiled program per shape."""
     x = check_observations(x)
-    scales = check_scales(scales, x.shape, noise.kind).astype(x.dtype)
+    scales = check_scales(scales, x.shape, noise).astype(x.dtype)
     grid = _check_grid(jnp.asarray(grid, x.dtype), x.shape[1])
     weights = jnp.asarray(weights, x.dtype)
     if weights.shape != (grid.shape[0],):
@@ -185,7 +195,7 @@ def deconv_kde(
     z_grid: Float[Array, " G"],
     bandwidth: float | Float[Array, ""],
     *,
-    noise: NoiseModel,
+    noise: AbstractNoiseModel,
     num_t: int = 2048,
 ) -> Float[Array, " G"]:
     r"""Deconvolution kernel density estimate in 1-D (heteroscedastic Delaigle-Meister form).
@@ -201,7 +211,7 @@ def deconv_kde(
         scales: noise sds (n,) (or (n, 1)).
         z_grid: (G,) evaluation points.
         bandwidth: h > 0.
-        noise: the known `NoiseModel` (``charfn`` supplies phi_eps).
+        noise: the known `AbstractNoiseModel` (``charfn`` supplies phi_eps).
         num_t: quadrature points.
 
     Returns:
@@ -227,11 +237,11 @@ def deconv_kde(
 
 @eqx.filter_jit
 def _deconv_kde(
-    x: Array, scales: Array, z_grid: Array, h: Array, noise: NoiseModel, num_t: int
+    x: Array, scales: Array, z_grid: Array, h: Array, noise: AbstractNoiseModel, num_t: int
 ) -> Array:
     """`deconv_kde` after its shape checks, as one compiled program (h stays dynamic)."""
     x = check_observations(x[:, None])[:, 0]
-    scales = check_scales(scales[:, None], (x.shape[0], 1), noise.kind)[:, 0].astype(x.dtype)
+    scales = check_scales(scales[:, None], (x.shape[0], 1), noise)[:, 0].astype(x.dtype)
     h = eqx.error_if(h, ~(h > 0) | ~jnp.isfinite(h), "`bandwidth` must be finite and > 0.")
     t = jnp.linspace(-1.0, 1.0, num_t, dtype=x.dtype) / h
     phi_k = (1.0 - (t * h) ** 2) ** 3

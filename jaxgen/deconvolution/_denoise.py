@@ -13,14 +13,15 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from ..core.checks import check_module
 from ._noise import (
-    NoiseModel,
+    AbstractNoiseModel,
     check_observations,
     check_scales,
     noise_covariances,
     small_inv_logdet,
 )
-from ._priors import GaussianMixture
+from ._priors import AbstractPrior, GaussianMixture
 
 
 @eqx.filter_jit
@@ -90,12 +91,12 @@ def _diag_normal_logpdf(z: Array, mean: Array, var: Array) -> Array:
 
 @eqx.filter_jit
 def posterior_mean_snis(
-    prior: eqx.Module,
+    prior: AbstractPrior,
     x: Float[Array, "n dim"],
     scales: Float[Array, "n ..."],
     *,
     key: PRNGKeyArray,
-    noise: NoiseModel,
+    noise: AbstractNoiseModel,
     num_samples: int = 8192,
     batch_size: int | None = 64,
 ) -> tuple[Float[Array, "n dim"], Float[Array, "n dim"]]:
@@ -114,11 +115,11 @@ def posterior_mean_snis(
     finite, can be biased with an optimistic ``mcse``.
 
     Args:
-        prior: ``sample(key, num)`` and ``log_prob(z)``, used as a black box.
+        prior: an `AbstractPrior` (``sample(key, num)`` and ``log_prob(z)``, a black box).
         x: observations (n >= 2, dim).
         scales: per-observation noise scales.
         key: PRNG key.
-        noise: the known `NoiseModel`.
+        noise: the known `AbstractNoiseModel`.
         num_samples: S, draws per observation (a multiple of 8, >= 128).
         batch_size: observations processed at once (memory bound), or ``None`` for all.
 
@@ -126,12 +127,12 @@ def posterior_mean_snis(
         (mean, mcse), both (n, dim): the SNIS estimate and its delta-method Monte Carlo
         standard error $\sqrt{\sum_s \bar w_s^2 (z_s - \hat z)^2}$.
     """
-    if not isinstance(noise, NoiseModel):
-        raise TypeError(f"`noise` must be a NoiseModel, got {type(noise).__name__}.")
+    check_module(prior, AbstractPrior, "prior")
+    check_module(noise, AbstractNoiseModel, "noise")
     if not isinstance(num_samples, int) or num_samples < 128 or num_samples % 8:
         raise ValueError(f"`num_samples` must be a multiple of 8 >= 128, got {num_samples!r}.")
     x = check_observations(x)
-    scales = check_scales(scales, x.shape, noise.kind).astype(x.dtype)
+    scales = check_scales(scales, x.shape, noise).astype(x.dtype)
     n, d = x.shape
     s8 = num_samples // 8
     n_pilot = max(num_samples // 8, 64)

@@ -11,6 +11,7 @@ import optax
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from ..core import FitResult, adamw_cosine, check_kernel, fit, minibatches
+from ..core.checks import check_module
 from ._losses import (
     check_bandwidths,
     convmmd_loss,
@@ -18,8 +19,8 @@ from ._losses import (
     convmmd_loss_gmm_marginal,
     quantile_bandwidths,
 )
-from ._noise import NoiseModel, check_observations, check_scales
-from ._priors import GaussianMixture
+from ._noise import AbstractNoiseModel, check_observations, check_scales
+from ._priors import AbstractPrior, GaussianMixture
 
 LOSSES = ("sample", "marginal", "closed")
 
@@ -34,7 +35,7 @@ class ConvMMDResult(NamedTuple):
         fit: the full `jaxgen.core.FitResult` (optimiser state, resume information).
     """
 
-    prior: eqx.Module
+    prior: AbstractPrior
     bandwidths: Float[Array, " H"]
     losses: np.ndarray
     fit: FitResult
@@ -64,7 +65,7 @@ def _closed_loss(prior, batch, key, *, noise, bandwidths, kernel):
 
 @eqx.filter_jit
 def _initial_bandwidths(
-    prior: eqx.Module, x: Array, scales: Array, key: PRNGKeyArray, noise: NoiseModel
+    prior: AbstractPrior, x: Array, scales: Array, key: PRNGKeyArray, noise: AbstractNoiseModel
 ) -> Array:
     """`quantile_bandwidths` of up to 2000 observations and as many noisy draws of ``prior``."""
     pool = min(2000, x.shape[0])
@@ -110,12 +111,12 @@ def _cached_optimizer(
 
 
 def fit_convmmd(
-    prior: eqx.Module,
+    prior: AbstractPrior,
     x: Float[Array, "n dim"],
     scales: Float[Array, "n ..."],
     *,
     key: PRNGKeyArray,
-    noise: NoiseModel,
+    noise: AbstractNoiseModel,
     loss: str = "sample",
     kernel: str = "gaussian",
     bandwidths: Float[Array, " H"] | None = None,
@@ -144,7 +145,7 @@ def fit_convmmd(
         x: observations (n >= 2, dim).
         scales: per-observation noise scales, (n, dim) sds or (n, dim, dim) Cholesky factors.
         key: PRNG key of the run.
-        noise: the known `NoiseModel`.
+        noise: the known `AbstractNoiseModel`.
         loss: ``"sample"`` (`convmmd_loss`), ``"marginal"`` (`convmmd_loss_gmm_marginal`) or
             ``"closed"`` (`convmmd_loss_gmm_closed`; Gaussian kernel and noise only).
         kernel: ``"gaussian"`` or ``"laplace"``.
@@ -164,8 +165,8 @@ def fit_convmmd(
     """
     if loss not in LOSSES:
         raise ValueError(f"`loss` must be one of {LOSSES}, got {loss!r}.")
-    if not isinstance(noise, NoiseModel):
-        raise TypeError(f"`noise` must be a NoiseModel, got {type(noise).__name__}.")
+    check_module(prior, AbstractPrior, "prior")
+    check_module(noise, AbstractNoiseModel, "noise")
     check_kernel(kernel)
     if loss in ("marginal", "closed") and not isinstance(prior, GaussianMixture):
         raise TypeError(f'loss="{loss}" needs a GaussianMixture prior, got {type(prior).__name__}.')
@@ -177,7 +178,7 @@ def fit_convmmd(
     if not isinstance(batch_size, int) or batch_size < 2:
         raise ValueError(f"`batch_size` must be an int >= 2, got {batch_size!r}.")
     x = check_observations(x)
-    scales = check_scales(scales, x.shape, noise.kind).astype(x.dtype)
+    scales = check_scales(scales, x.shape, noise).astype(x.dtype)
     bkey, run_key = jr.split(key)
     if bandwidths is None:
         bandwidths = _initial_bandwidths(prior, x, scales, bkey, noise)

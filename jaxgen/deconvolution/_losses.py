@@ -25,14 +25,16 @@ import jax.random as jr
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from ..core import check_kernel, kernel_gram, mmd2_from_grams, pairwise_sq_dists
+from ..core.checks import check_module
 from ._noise import (
-    NoiseModel,
+    AbstractNoiseModel,
+    GaussianNoise,
     check_observations,
     check_scales,
     noise_covariances,
     small_inv_logdet,
 )
-from ._priors import GaussianMixture
+from ._priors import AbstractPrior, GaussianMixture
 
 
 def check_bandwidths(bandwidths: Array, dtype: jnp.dtype) -> Array:
@@ -45,10 +47,8 @@ def check_bandwidths(bandwidths: Array, dtype: jnp.dtype) -> Array:
     )
 
 
-def _check_noise(noise: NoiseModel) -> NoiseModel:
-    if not isinstance(noise, NoiseModel):
-        raise TypeError(f"`noise` must be a NoiseModel, got {type(noise).__name__}.")
-    return noise
+def _check_noise(noise: AbstractNoiseModel) -> AbstractNoiseModel:
+    return check_module(noise, AbstractNoiseModel, "noise")
 
 
 def gaussian_conv_kernel(
@@ -101,21 +101,21 @@ def quantile_bandwidths(
     return qs / (math.log10(2 * x.shape[0]) * math.sqrt(x.shape[1]))
 
 
-def _prepare(x: Array, scales: Array, noise: NoiseModel, bandwidths: Array, kernel: str):
+def _prepare(x: Array, scales: Array, noise: AbstractNoiseModel, bandwidths: Array, kernel: str):
     x = check_observations(x)
-    scales = check_scales(scales, x.shape, noise.kind)
+    scales = check_scales(scales, x.shape, noise)
     check_kernel(kernel)
     return x, scales.astype(x.dtype), check_bandwidths(bandwidths, x.dtype)
 
 
 @eqx.filter_jit  # one program per shape/noise/kernel: direct calls do not dispatch op by op
 def convmmd_loss(
-    prior: eqx.Module,
+    prior: AbstractPrior,
     x: Float[Array, "b dim"],
     scales: Float[Array, "b ..."],
     *,
     key: PRNGKeyArray,
-    noise: NoiseModel,
+    noise: AbstractNoiseModel,
     bandwidths: Float[Array, " H"],
     kernel: str = "gaussian",
 ) -> Float[Array, ""]:
@@ -127,17 +127,18 @@ def convmmd_loss(
     `convmmd_loss_gmm_marginal` or `convmmd_loss_gmm_closed`).
 
     Args:
-        prior: anything with ``sample(key, num) -> (num, dim)`` (`GaussianMixture`, `FlowPrior`).
+        prior: an `AbstractPrior`; only ``sample(key, num) -> (num, dim)`` is used.
         x: observation batch (b >= 2, dim).
         scales: its noise scales, (b, dim) sds or (b, dim, dim) Cholesky factors.
         key: PRNG key for the model draws and the simulated noise.
-        noise: the known `NoiseModel`.
+        noise: the known `AbstractNoiseModel`.
         bandwidths: (H,) fixed kernel bandwidths (see `quantile_bandwidths`).
         kernel: ``"gaussian"`` or ``"laplace"`` (L1).
 
     Returns:
         The mean over bandwidths of the U-statistic (may be negative).
     """
+    check_module(prior, AbstractPrior, "prior")
     noise = _check_noise(noise)
     x, scales, h = _prepare(x, scales, noise, bandwidths, kernel)
     zkey, ekey = jr.split(key)
@@ -156,7 +157,7 @@ def convmmd_loss_gmm_marginal(
     x: Float[Array, "b dim"],
     scales: Float[Array, "b ..."],
     *,
-    noise: NoiseModel,
+    noise: AbstractNoiseModel,
     bandwidths: Float[Array, " H"],
     kernel: str = "gaussian",
     key: PRNGKeyArray,
@@ -235,7 +236,7 @@ def convmmd_loss_gmm_closed(
     """
     if not isinstance(gmm, GaussianMixture):
         raise TypeError(f"`gmm` must be a GaussianMixture, got {type(gmm).__name__}.")
-    x, scales, h = _prepare(x, scales, NoiseModel("gaussian"), bandwidths, "gaussian")
+    x, scales, h = _prepare(x, scales, GaussianNoise(), bandwidths, "gaussian")
     b, d = x.shape
     w, mu, s = gmm.weights, gmm.means, gmm.covs
     sig = noise_covariances(scales)  # (b, d, d)

@@ -4,6 +4,7 @@ Both expose ``sample(key, num) -> (num, dim)`` (reparameterised in their continu
 parameters) and ``log_prob(z (m, dim)) -> (m,)``.
 """
 
+import abc
 import math
 
 import equinox as eqx
@@ -49,7 +50,24 @@ def _unconstrained(
     return jnp.log(jnp.clip(weights, 1e-30)), means, chol_raw
 
 
-class GaussianMixture(eqx.Module):
+class AbstractPrior(eqx.Module):
+    """The prior (sieve) slot: a distribution on ``R^dim`` that is sampled with pathwise gradients.
+
+    Subclasses give ``sample(key, num) -> (num, dim)`` (differentiable in the parameters: the
+    convMMD losses and `fit_convmmd` need nothing else) and ``log_prob(z) -> (m,)`` (used by
+    `posterior_mean_snis`; raise ``NotImplementedError`` if there is none).
+    """
+
+    @abc.abstractmethod
+    def sample(self, key: PRNGKeyArray, num: int) -> Float[Array, "num dim"]:
+        """``num`` draws, pathwise differentiable in the parameters."""
+
+    @abc.abstractmethod
+    def log_prob(self, z: Float[Array, "m dim"]) -> Float[Array, " m"]:
+        """Log density of every row of ``z``."""
+
+
+class GaussianMixture(AbstractPrior):
     r"""Gaussian mixture $q(z) = \sum_k w_k N(z; \mu_k, S_k)$ in unconstrained parameters.
 
     Stored as ``logits`` (w = softmax), ``means`` and ``chol_raw``: S_k = L_k L_k^T with L_k
@@ -276,7 +294,7 @@ def _init_gaussian_mixture(
     return GaussianMixture(weights, centres, covs, min_scale=min_scale)
 
 
-class FlowPrior(eqx.Module):
+class FlowPrior(AbstractPrior):
     r"""Normalizing-flow prior z = loc + exp(log_scale) * T(u), u ~ N(0, I).
 
     T chains `jaxgen.flows.SplineAutoregressive` layers with the coordinate order reversed

@@ -25,6 +25,7 @@ from ._losses import (
 )
 from ._models import (
     PARAMETERIZATIONS as PARAMETERIZATIONS,
+    AbstractRateModel as AbstractRateModel,
     DiffusionTransformer as DiffusionTransformer,
     model_log_x0 as model_log_x0,
     model_rates as model_rates,
@@ -40,6 +41,7 @@ from ._samplers import (
 )
 from ._schedules import (
     KINDS as KINDS,
+    AbstractSchedule as AbstractSchedule,
     InterpolatingSchedule as InterpolatingSchedule,
     gidd_schedule as gidd_schedule,
     masked_schedule as masked_schedule,

@@ -19,20 +19,26 @@ import jax.numpy as jnp
 from jax.scipy.special import xlogy
 from jaxtyping import Array, ArrayLike, Float, Int
 
-from ._schedules import InterpolatingSchedule, check_time, check_tokens
+from ..core.checks import check_module
+from ._schedules import AbstractSchedule, InterpolatingSchedule, check_time, check_tokens
 
 NEG = -1e9  # finite "minus infinity" for excluded jump logits (an all -inf row gives NaN)
 
 
 def _check_schedule(schedule: Any) -> None:
-    if not isinstance(schedule, InterpolatingSchedule):
-        raise TypeError(
-            "`schedule` must be an InterpolatingSchedule (uniform_schedule, "
-            f"masked_schedule, gidd_schedule), got {type(schedule).__name__}."
-        )
+    # any forward family: uniform_schedule, masked_schedule, gidd_schedule or a user subclass
+    check_module(schedule, AbstractSchedule, "schedule")
 
 
-def _check_pair(x: Array, z: Array, schedule: InterpolatingSchedule) -> tuple[Array, Array]:
+def _require_kind(schedule: Any, method: str, kind: str) -> InterpolatingSchedule:
+    """Closed forms written for one built-in family (MDLM: masked; GIDD's weights: gidd)."""
+    got = schedule.kind if isinstance(schedule, InterpolatingSchedule) else type(schedule).__name__
+    if got != kind:
+        raise ValueError(f"{method} needs the {kind} schedule, got kind={got!r}.")
+    return schedule
+
+
+def _check_pair(x: Array, z: Array, schedule: AbstractSchedule) -> tuple[Array, Array]:
     if x.ndim != 1 or z.shape != x.shape:
         raise ValueError(
             f"`x` and `z` must be sequences of equal shape (L,), got {x.shape} and "
@@ -48,7 +54,7 @@ def _log_not(logp: Array, onehot: Array) -> Array:
     return jax.nn.logsumexp(jnp.where(onehot, -jnp.inf, logp), axis=-1)
 
 
-def _rates_at(schedule: InterpolatingSchedule, z: Array, t: Any) -> tuple[Array, ...]:
+def _rates_at(schedule: AbstractSchedule, z: Array, t: Any) -> tuple[Array, ...]:
     alpha, mix, sigma, rho = schedule.rates(check_time(t))
     onehot = jax.nn.one_hot(z, schedule.vocab_size, dtype=bool)
     rho_z = jnp.maximum(rho[z], 0.0)
@@ -56,7 +62,7 @@ def _rates_at(schedule: InterpolatingSchedule, z: Array, t: Any) -> tuple[Array,
 
 
 def conditional_targets(
-    schedule: InterpolatingSchedule,
+    schedule: AbstractSchedule,
     x: Int[ArrayLike, " L"],
     z: Int[ArrayLike, " L"],
     t: Float[ArrayLike, ""],
@@ -174,7 +180,7 @@ def _check_per_token_logits(schedule, z, values, name: str):
 
 
 def rates_from_x0(
-    schedule: InterpolatingSchedule,
+    schedule: AbstractSchedule,
     z: Int[ArrayLike, " L"],
     log_x0: Float[ArrayLike, "L S"],
     t: Float[ArrayLike, ""],
@@ -206,7 +212,7 @@ def rates_from_x0(
 
 
 def rates_from_score(
-    schedule: InterpolatingSchedule,
+    schedule: AbstractSchedule,
     z: Int[ArrayLike, " L"],
     log_score: Float[ArrayLike, "L S"],
     t: Float[ArrayLike, ""],
@@ -228,7 +234,7 @@ def rates_from_score(
 
 
 def gidd_integrand(
-    schedule: InterpolatingSchedule,
+    schedule: AbstractSchedule,
     x: Int[ArrayLike, " L"],
     z: Int[ArrayLike, " L"],
     log_x0: Float[ArrayLike, "L S"],
@@ -263,6 +269,7 @@ def gidd_integrand(
     if weighting == "clip":
         w = jnp.clip(w, 0.0, max_weight)
     elif weighting == "dynamic":
+        schedule = _require_kind(schedule, "GIDD's dynamic weighting", "gidd")
         is_x, is_m = z == x, z == (v - 1 if schedule.mask_id is not None else -1)
         big_b = 2.0**schedule.gamma * schedule.p_u / (1 - schedule.p_u)
         log_snr = jnp.clip(-jnp.log(alpha / (1 - alpha)), -20, 20)
@@ -273,7 +280,7 @@ def gidd_integrand(
 
 
 def score_entropy(
-    schedule: InterpolatingSchedule,
+    schedule: AbstractSchedule,
     x: Int[ArrayLike, " L"],
     z: Int[ArrayLike, " L"],
     log_score: Float[ArrayLike, "L S"],
@@ -299,7 +306,7 @@ def score_entropy(
 
 
 def mdlm_integrand(
-    schedule: InterpolatingSchedule,
+    schedule: AbstractSchedule,
     x: Int[ArrayLike, " L"],
     z: Int[ArrayLike, " L"],
     log_x0: Float[ArrayLike, "L S"],
@@ -310,8 +317,7 @@ def mdlm_integrand(
     Masked schedule only (``1/t`` weight for ``alpha_t = 1 - t``); zero on unmasked tokens.
     """
     _check_schedule(schedule)
-    if schedule.kind != "masked":
-        raise ValueError(f"MDLM needs the masked schedule, got kind={schedule.kind!r}.")
+    _require_kind(schedule, "MDLM", "masked")
     x, z = _check_pair(jnp.asarray(x), jnp.asarray(z), schedule)
     alpha, _, sigma, _ = schedule.rates(check_time(t))
     weight = sigma * alpha / (1 - alpha)

@@ -20,28 +20,22 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from ._ctmc import (
     _check_schedule,
+    _require_kind,
     conditional_targets,
     gidd_integrand,
     mdlm_integrand,
     path_kl,
     score_entropy,
 )
-from ._models import DiffusionTransformer, model_log_x0, model_rates
-from ._schedules import InterpolatingSchedule, check_tokens
+from ._models import AbstractRateModel, check_rate_model, model_log_x0, model_rates
+from ._schedules import AbstractSchedule, check_tokens
 
 T_EPS = 1e-3  # times are kept in [eps, 1 - eps] (spec pitfall: rates blow up at the ends)
 
 
-def _check(
-    model: DiffusionTransformer, schedule: InterpolatingSchedule, x: Array, ndim: int
-) -> Array:
+def _check(model: AbstractRateModel, schedule: AbstractSchedule, x: Array, ndim: int) -> Array:
     _check_schedule(schedule)
-    if not isinstance(model, DiffusionTransformer):
-        raise TypeError(f"`model` must be a DiffusionTransformer, got {type(model).__name__}.")
-    if model.vocab_size != schedule.vocab_size:
-        raise ValueError(
-            f"model vocab_size {model.vocab_size} != schedule vocab_size {schedule.vocab_size}."
-        )
+    check_rate_model(model, schedule)
     x = jnp.asarray(x)
     if x.ndim != ndim:
         shape = "(B, L)" if ndim == 2 else "(L,)"
@@ -58,7 +52,7 @@ def stratified_times(
     return t_eps + (1 - 2 * t_eps) * jnp.mod((jnp.arange(num, dtype=dtype) + u) / num, 1.0)
 
 
-Integrand = Callable[[DiffusionTransformer, InterpolatingSchedule, Array, Array, Array], Array]
+Integrand = Callable[[AbstractRateModel, AbstractSchedule, Array, Array, Array], Array]
 
 
 def _mdlm_integrand(model, schedule, x, z, t):
@@ -111,8 +105,8 @@ def _batch_loss(integrand: Integrand, model, schedule, x, key, t_eps):
 
 
 def neural_ctmc_loss(
-    model: DiffusionTransformer,
-    schedule: InterpolatingSchedule,
+    model: AbstractRateModel,
+    schedule: AbstractSchedule,
     x: Int[Array, "B L"],
     key: PRNGKeyArray,
     t_eps: float = T_EPS,
@@ -126,7 +120,8 @@ def neural_ctmc_loss(
     gradient equals the marginal path KL's in expectation).
 
     Args:
-        model: a `DiffusionTransformer` with ``vocab_size == schedule.vocab_size``.
+        model: an `AbstractRateModel` (e.g. `DiffusionTransformer`) with ``vocab_size ==
+            schedule.vocab_size``.
         schedule: uniform, masked or GIDD. x: clean ids ``int[B, L]`` in ``[0, N)``. key: PRNG key.
         t_eps: times are drawn in ``[t_eps, 1 - t_eps]``.
         parameterization: how the two heads are read as rates (`model_rates`): ``"ctmc"`` (the
@@ -141,8 +136,8 @@ def neural_ctmc_loss(
 
 
 def gidd_loss(
-    model: DiffusionTransformer,
-    schedule: InterpolatingSchedule,
+    model: AbstractRateModel,
+    schedule: AbstractSchedule,
     x: Int[Array, "B L"],
     key: PRNGKeyArray,
     t_eps: float = T_EPS,
@@ -167,23 +162,23 @@ def _single_objective(
     """
 
     def loss(
-        model: DiffusionTransformer,
-        schedule: InterpolatingSchedule,
+        model: AbstractRateModel,
+        schedule: AbstractSchedule,
         x: Int[Array, "B L"],
         key: PRNGKeyArray,
         t_eps: float = T_EPS,
     ) -> Float[Array, ""]:
         x = _check(model, schedule, x, 2)
-        if requires is not None and schedule.kind != requires[1]:
-            method, kind = requires
-            raise ValueError(f"{method} needs the {kind} schedule, got kind={schedule.kind!r}.")
+        if requires is not None:
+            _require_kind(schedule, *requires)
         return _batch_loss(integrand, model, schedule, x, key, t_eps)
 
     loss.__name__ = loss.__qualname__ = name
     loss.__doc__ = f"""{summary}
 
     Args:
-        model: a `DiffusionTransformer` with ``vocab_size == schedule.vocab_size``.
+        model: an `AbstractRateModel` (e.g. `DiffusionTransformer`) with ``vocab_size ==
+            schedule.vocab_size``.
         schedule: the forward process. x: clean ids ``int[B, L]``. key: PRNG key.
         t_eps: times are drawn in ``[t_eps, 1 - t_eps]``.
 
@@ -207,8 +202,8 @@ sedd_loss = _single_objective(
 
 
 def nelbo(
-    model: DiffusionTransformer,
-    schedule: InterpolatingSchedule,
+    model: AbstractRateModel,
+    schedule: AbstractSchedule,
     x: Int[Array, " L"],
     key: PRNGKeyArray,
     parameterization: str = "ctmc",

@@ -5,6 +5,7 @@ One network serves every parameterisation: its per-position logits are read as j
 ``"score"``); the scalar exit head is used by Neural CTMC only.
 """
 
+import abc
 from typing import Any
 
 import equinox as eqx
@@ -13,15 +14,44 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
+from ..core.checks import check_module
 from ..nn import Transformer
 from ._ctmc import NEG, _check_schedule, rates_from_score, rates_from_x0
-from ._schedules import InterpolatingSchedule, check_time, check_tokens
+from ._schedules import AbstractSchedule, check_time, check_tokens
 
 PARAMETERIZATIONS = ("ctmc", "x0", "score")
 EXIT_CLIP = 15.0  # |s| bound of the learned log-ratio to the reference exit rate (choice)
 
 
-class DiffusionTransformer(eqx.Module):
+class AbstractRateModel(eqx.Module):
+    """The denoiser slot: ``model(z, t) -> (exit_score (L,), logits (L, V))`` on ONE sequence.
+
+    ``z`` holds noisy ids in ``[0, vocab_size)`` and ``t`` is a scalar time in ``[0, 1]``. The
+    logits are read as jump logits (``"ctmc"``), clean-token logits (``"x0"``) or log concrete
+    scores (``"score"``) by `model_rates`; the exit score ``s`` is used by ``"ctmc"`` only
+    (``log lambda = clip(s) + ref_t(z)``; return zeros if unused). Subclass it with your own
+    equinox module to train it with the losses of this family and sample it with `sample`.
+    """
+
+    vocab_size: eqx.AbstractVar[int]
+
+    @abc.abstractmethod
+    def __call__(
+        self, z: Int[Array, " L"], t: Float[Array, ""]
+    ) -> tuple[Float[Array, " L"], Float[Array, "L S"]]:
+        """(exit score ``(L,)``, logits ``(L, V)``) for one noisy sequence at time ``t``."""
+
+
+def check_rate_model(model: Any, schedule: AbstractSchedule) -> None:
+    """``model`` must be an `AbstractRateModel` over the schedule's ``V`` states."""
+    check_module(model, AbstractRateModel, "model")
+    if model.vocab_size != schedule.vocab_size:
+        raise ValueError(
+            f"model vocab_size {model.vocab_size} != schedule vocab_size {schedule.vocab_size}."
+        )
+
+
+class DiffusionTransformer(AbstractRateModel):
     """Bidirectional time-conditioned `jaxgen.nn.Transformer` with an extra exit-rate head.
 
     ``model(z, t) -> (exit_score (L,), logits (L, V))`` on one noisy sequence.
@@ -60,7 +90,7 @@ class DiffusionTransformer(eqx.Module):
         )
 
     @property
-    def vocab_size(self) -> int:
+    def vocab_size(self) -> int:  # the `AbstractRateModel` attribute
         """Number of states ``V`` the network reads and predicts."""
         return self.transformer.vocab_size
 
@@ -75,7 +105,7 @@ class DiffusionTransformer(eqx.Module):
 
 
 def reference_log_exit_rate(
-    schedule: InterpolatingSchedule, z: Int[ArrayLike, " L"], t: Float[ArrayLike, ""]
+    schedule: AbstractSchedule, z: Int[ArrayLike, " L"], t: Float[ArrayLike, ""]
 ) -> Float[Array, " L"]:
     """``ref_t(z) = log rho_t(z) + log(1 - m_t(z)) - log m_t(z)``: exit rate of sure noise.
 
@@ -93,7 +123,7 @@ def reference_log_exit_rate(
 
 
 def _exclude(
-    logits: Array, z: Array, schedule: InterpolatingSchedule, *, current: bool, mask: bool
+    logits: Array, z: Array, schedule: AbstractSchedule, *, current: bool, mask: bool
 ) -> Array:
     v = schedule.vocab_size
     drop = jnp.zeros(logits.shape, bool)
@@ -105,8 +135,8 @@ def _exclude(
 
 
 def model_rates(
-    model: DiffusionTransformer,
-    schedule: InterpolatingSchedule,
+    model: AbstractRateModel,
+    schedule: AbstractSchedule,
     z: Int[ArrayLike, " L"],
     t: Float[ArrayLike, ""],
     parameterization: str = "ctmc",
@@ -124,21 +154,18 @@ def model_rates(
             f"`parameterization` must be one of {list(PARAMETERIZATIONS)}, got "
             f"{parameterization!r}."
         )
-    if not isinstance(model, DiffusionTransformer):
-        raise TypeError(f"`model` must be a DiffusionTransformer, got {type(model).__name__}.")
     _check_schedule(schedule)
-    if model.vocab_size != schedule.vocab_size:
-        raise ValueError(
-            f"model vocab_size {model.vocab_size} != schedule vocab_size {schedule.vocab_size}."
-        )
+    check_rate_model(model, schedule)
     z = check_tokens(z, schedule.vocab_size, "z")
     t = check_time(t)
     s, logits = model(z, t)
     if parameterization == "ctmc":
         ref = reference_log_exit_rate(schedule, z, t)
         log_lam = jnp.where(jnp.isfinite(ref), jnp.clip(s, -EXIT_CLIP, EXIT_CLIP) + ref, -jnp.inf)
+        # Only the current state is excluded: where no reverse jump can enter the mask (the
+        # masked process), the rate out of every unmasked token is already exactly 0.
         log_pi = jax.nn.log_softmax(
-            _exclude(logits, z, schedule, current=True, mask=schedule.kind == "masked"), axis=-1
+            _exclude(logits, z, schedule, current=True, mask=False), axis=-1
         )
         return log_lam, log_pi
     if parameterization == "x0":
@@ -150,12 +177,14 @@ def model_rates(
 
 
 def model_log_x0(
-    model: DiffusionTransformer,
-    schedule: InterpolatingSchedule,
+    model: AbstractRateModel,
+    schedule: AbstractSchedule,
     z: Int[ArrayLike, " L"],
     t: Float[ArrayLike, ""],
 ) -> Float[Array, "L S"]:
     """Clean-token log-probabilities of an ``"x0"`` model (mask entry ``~NEG``)."""
+    _check_schedule(schedule)
+    check_rate_model(model, schedule)
     _, logits = model(check_tokens(z, schedule.vocab_size, "z"), check_time(t))
     logits = _exclude(logits, jnp.asarray(z), schedule, current=False, mask=True)
     return jax.nn.log_softmax(logits, axis=-1)

@@ -21,9 +21,9 @@ from jax import lax
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from ._ctmc import NEG, _check_schedule
-from ._models import PARAMETERIZATIONS, DiffusionTransformer, model_rates
+from ._models import PARAMETERIZATIONS, AbstractRateModel, check_rate_model, model_rates
 from ._random import categorical, uniform
-from ._schedules import InterpolatingSchedule
+from ._schedules import AbstractSchedule
 
 METHODS = ("euler", "tau_leaping", "gillespie")
 RateFn = Callable[[Array, Array], tuple[Array, Array]]
@@ -107,9 +107,7 @@ def _gillespie_interval(
     return lax.while_loop(cond, body, init)[1]
 
 
-def _fill_masks(
-    key: PRNGKeyArray, z: Array, log_pi: Array, schedule: InterpolatingSchedule
-) -> Array:
+def _fill_masks(key: PRNGKeyArray, z: Array, log_pi: Array, schedule: AbstractSchedule) -> Array:
     """Replace tokens still masked by a draw of the jump distribution ``log_pi`` (mask excluded)."""
     is_mask = jnp.broadcast_to(jnp.arange(schedule.vocab_size) == schedule.mask_id, log_pi.shape)
     log_pi = jnp.where(is_mask, NEG, log_pi)
@@ -120,7 +118,7 @@ def _fill_masks(
 def sample_rates(
     key: PRNGKeyArray,
     rate_fn: RateFn,
-    schedule: InterpolatingSchedule,
+    schedule: AbstractSchedule,
     num: int,
     length: int,
     steps: int,
@@ -208,8 +206,8 @@ def _sample_model(model, schedule, key, num, length, steps, method, parameteriza
 
 
 def sample(
-    model: DiffusionTransformer,
-    schedule: InterpolatingSchedule,
+    model: AbstractRateModel,
+    schedule: AbstractSchedule,
     key: PRNGKeyArray,
     num: int,
     length: int,
@@ -218,13 +216,13 @@ def sample(
     parameterization: str = "ctmc",
     t_eps: float = 1e-3,
 ) -> Int[Array, "B L"]:
-    """Jitted reverse sampling from a trained `DiffusionTransformer` (see `sample_rates`).
+    """Jitted reverse sampling from a trained `AbstractRateModel` (see `sample_rates`).
 
     ``parameterization`` (``"ctmc"``, ``"x0"``, ``"score"``) says how the network's outputs become
     rates (`model_rates`), so Neural CTMC, MDLM/GIDD and SEDD share this sampler.
     """
-    if not isinstance(model, DiffusionTransformer):
-        raise TypeError(f"`model` must be a DiffusionTransformer, got {type(model).__name__}.")
+    _check_schedule(schedule)
+    check_rate_model(model, schedule)
     if parameterization not in PARAMETERIZATIONS:
         raise ValueError(
             f"`parameterization` must be one of {list(PARAMETERIZATIONS)}, got "

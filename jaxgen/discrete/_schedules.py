@@ -9,6 +9,7 @@ into z* ``rho_t(z) = m_t'(z) + sigma_t m_t(z)``, the forward generator jumps fro
 ``z != a`` at rate ``rho_t(z)`` (then ``d/dt q_t = rho_t - sigma_t q_t``).
 """
 
+import abc
 import math
 from typing import Any
 
@@ -44,7 +45,80 @@ def check_tokens(x: Any, vocab_size: int, name: str) -> Array:
     )
 
 
-class InterpolatingSchedule(eqx.Module):
+class AbstractSchedule(eqx.Module):
+    """A forward noising family ``q_t(z|x) = alpha_t e_x + m_t`` on one position (the slot).
+
+    Subclasses give ``num_tokens`` (``N`` real tokens), ``mask_id`` (``N``, or ``None`` when
+    there is no mask state) and ``alpha_mixing(t) -> (alpha_t, m_t)`` with ``alpha_0 = 1``,
+    ``alpha_1 = 0`` and ``m_t >= 0`` summing to ``1 - alpha_t`` over the ``V`` states
+    (``V = N + 1`` with a mask, else ``N``). Everything else (rates by ``jax.jvp``, marginals,
+    the prior ``q_1 = m_1``, forward draws) follows from these and is shared.
+    """
+
+    num_tokens: eqx.AbstractVar[int]
+    mask_id: eqx.AbstractVar[int | None]
+
+    @abc.abstractmethod
+    def alpha_mixing(self, t: Float[Array, ""]) -> tuple[Float[Array, ""], Float[Array, " S"]]:
+        """``(alpha_t, m_t)`` at a scalar time ``t`` (dtype of ``t``), differentiable in ``t``."""
+
+    @property
+    def vocab_size(self) -> int:
+        """``V``: ``N`` without a mask state, ``N + 1`` (mask included) with one."""
+        return self.num_tokens if self.mask_id is None else self.num_tokens + 1
+
+    def alpha(self, t: Float[ArrayLike, ""]) -> Float[Array, ""]:
+        """Probability ``alpha_t`` that a token is still clean at time ``t``."""
+        return self.alpha_mixing(check_time(t))[0]
+
+    def mixing(self, t: Float[ArrayLike, ""]) -> Float[Array, " S"]:
+        """Noise mass ``m_t`` over the ``V`` states (sums to ``1 - alpha_t``)."""
+        return self.alpha_mixing(check_time(t))[1]
+
+    def rates(
+        self, t: Float[ArrayLike, ""]
+    ) -> tuple[Float[Array, ""], Float[Array, " S"], Float[Array, ""], Float[Array, " S"]]:
+        """``(alpha_t, m_t, sigma_t, rho_t)``: ``sigma = -alpha'/alpha``, ``rho = m' + sigma m``.
+
+        Derivatives by ``jax.jvp``; ``t`` must lie in ``[0, 1)`` (``sigma_1`` is infinite).
+        """
+        t = check_time(t)
+        (alpha, mix), (dalpha, dmix) = jax.jvp(self.alpha_mixing, (t,), (jnp.ones_like(t),))
+        sigma = -dalpha / alpha
+        return alpha, mix, sigma, dmix + sigma * mix
+
+    def sigma(self, t: Float[ArrayLike, ""]) -> Float[Array, ""]:
+        """``sigma_t = -alpha_t'/alpha_t``, the total forward rate of a clean token."""
+        return self.rates(t)[2]
+
+    def rates_in(self, t: Float[ArrayLike, ""]) -> Float[Array, " S"]:
+        """``rho_t(z) = m_t'(z) + sigma_t m_t(z)``: forward jump rate into each state ``z``."""
+        return self.rates(t)[3]
+
+    def marginal(self, x: Int[ArrayLike, " L"], t: Float[ArrayLike, ""]) -> Float[Array, "L S"]:
+        """``q_t(. | x_i)`` for every position: ``alpha_t e_{x_i} + m_t``, shape ``(L, V)``."""
+        x = check_tokens(x, self.vocab_size, "x")
+        alpha, mix = self.alpha_mixing(check_time(t))
+        return alpha * jax.nn.one_hot(x, self.vocab_size, dtype=mix.dtype) + mix[None, :]
+
+    def log_marginal(self, x: Int[ArrayLike, " L"], t: Float[ArrayLike, ""]) -> Float[Array, "L S"]:
+        """``log q_t(. | x_i)``, shape ``(L, V)`` (``-inf`` where the mass is exactly 0)."""
+        return jnp.log(self.marginal(x, t))
+
+    def prior(self, dtype: Any = None) -> Float[Array, " S"]:
+        """``q_1 = m_1``, the same for every clean token (uniform over ``N``, or the mask)."""
+        dtype = jnp.result_type(float) if dtype is None else dtype
+        return self.alpha_mixing(jnp.ones((), dtype))[1]
+
+    def sample(
+        self, key: PRNGKeyArray, x: Int[ArrayLike, " L"], t: Float[ArrayLike, ""]
+    ) -> Int[Array, " L"]:
+        """Draw ``z_i ~ q_t(. | x_i)`` independently per position."""
+        logq = self.log_marginal(x, t)
+        return categorical(key, logq).astype(jnp.asarray(x).dtype)
+
+
+class InterpolatingSchedule(AbstractSchedule):
     """A forward noising family ``q_t(z|x) = alpha_t e_x + m_t`` (acts on one position).
 
     Attributes:
@@ -102,12 +176,8 @@ class InterpolatingSchedule(eqx.Module):
         self.kind, self.num_tokens, self.mask_id = kind, num_tokens, mask_id
         self.p_u, self.gamma = float(p_u), float(gamma)
 
-    @property
-    def vocab_size(self) -> int:
-        """``V``: ``N`` for uniform, ``N + 1`` (mask included) otherwise."""
-        return self.num_tokens if self.kind == "uniform" else self.num_tokens + 1
-
-    def _alpha_mixing(self, t: Array) -> tuple[Array, Array]:
+    def alpha_mixing(self, t: Float[Array, ""]) -> tuple[Float[Array, ""], Float[Array, " S"]]:
+        """``(alpha_t, m_t)`` of the family (see the class docstring)."""
         n, v = self.num_tokens, self.vocab_size
         if self.kind == "uniform":
             alpha = 1 - t
@@ -120,58 +190,6 @@ class InterpolatingSchedule(eqx.Module):
         u = jnp.concatenate([jnp.full((n,), 1.0 / n, t.dtype), jnp.zeros((1,), t.dtype)])
         e_m = jax.nn.one_hot(n, v, dtype=t.dtype)
         return (1 - t) / (1 + c), (t * e_m + c * u) / (1 + c)
-
-    def alpha(self, t: Float[ArrayLike, ""]) -> Float[Array, ""]:
-        """Probability ``alpha_t`` that a token is still clean at time ``t``."""
-        return self._alpha_mixing(check_time(t))[0]
-
-    def mixing(self, t: Float[ArrayLike, ""]) -> Float[Array, " S"]:
-        """Noise mass ``m_t`` over the ``V`` states (sums to ``1 - alpha_t``)."""
-        return self._alpha_mixing(check_time(t))[1]
-
-    def rates(
-        self, t: Float[ArrayLike, ""]
-    ) -> tuple[Float[Array, ""], Float[Array, " S"], Float[Array, ""], Float[Array, " S"]]:
-        """``(alpha_t, m_t, sigma_t, rho_t)``: ``sigma = -alpha'/alpha``, ``rho = m' + sigma m``.
-
-        Derivatives by ``jax.jvp``; ``t`` must lie in ``[0, 1)`` (``sigma_1`` is infinite).
-        """
-        t = check_time(t)
-        (alpha, mix), (dalpha, dmix) = jax.jvp(self._alpha_mixing, (t,), (jnp.ones_like(t),))
-        sigma = -dalpha / alpha
-        return alpha, mix, sigma, dmix + sigma * mix
-
-    def sigma(self, t: Float[ArrayLike, ""]) -> Float[Array, ""]:
-        """``sigma_t = -alpha_t'/alpha_t``, the total forward rate of a clean token."""
-        return self.rates(t)[2]
-
-    def rates_in(self, t: Float[ArrayLike, ""]) -> Float[Array, " S"]:
-        """``rho_t(z) = m_t'(z) + sigma_t m_t(z)``: forward jump rate into each state ``z``."""
-        return self.rates(t)[3]
-
-    def marginal(self, x: Int[ArrayLike, " L"], t: Float[ArrayLike, ""]) -> Float[Array, "L S"]:
-        """``q_t(. | x_i)`` for every position: ``alpha_t e_{x_i} + m_t``, shape ``(L, V)``."""
-        x = check_tokens(x, self.vocab_size, "x")
-        alpha, mix = self._alpha_mixing(check_time(t))
-        return alpha * jax.nn.one_hot(x, self.vocab_size, dtype=mix.dtype) + mix[None, :]
-
-    def log_marginal(self, x: Int[ArrayLike, " L"], t: Float[ArrayLike, ""]) -> Float[Array, "L S"]:
-        """``log q_t(. | x_i)``, shape ``(L, V)`` (``-inf`` where the mass is exactly 0)."""
-        return jnp.log(self.marginal(x, t))
-
-    def prior(self, dtype: Any = None) -> Float[Array, " S"]:
-        """``q_1``, the same for every clean token: uniform over ``N`` or the mask point mass."""
-        dtype = jnp.result_type(float) if dtype is None else dtype
-        if self.kind == "uniform":
-            return jnp.full((self.vocab_size,), 1.0 / self.num_tokens, dtype)
-        return jax.nn.one_hot(self.num_tokens, self.vocab_size, dtype=dtype)
-
-    def sample(
-        self, key: PRNGKeyArray, x: Int[ArrayLike, " L"], t: Float[ArrayLike, ""]
-    ) -> Int[Array, " L"]:
-        """Draw ``z_i ~ q_t(. | x_i)`` independently per position."""
-        logq = self.log_marginal(x, t)
-        return categorical(key, logq).astype(jnp.asarray(x).dtype)
 
 
 def uniform_schedule(num_tokens: int) -> InterpolatingSchedule:

@@ -4,6 +4,7 @@ human-alignment probes.
 """
 
 from ._jem import (
+    AbstractClassifier as AbstractClassifier,
     ConvClassifier as ConvClassifier,
     FitJEMResult as FitJEMResult,
     JEMConfig as JEMConfig,

@@ -14,6 +14,7 @@ References:
     Du & Mordatch 2019 (energy regulariser); Welling & Teh 2011 (SGLD).
 """
 
+import abc
 import functools as ft
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -25,6 +26,7 @@ import jax.random as jr
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
 from ..core import FitResult, fit, minibatches
+from ..core.checks import check_module
 
 MODES = ("additive", "convex")
 
@@ -204,8 +206,20 @@ def _check_config(config: JEMConfig) -> None:
         raise ValueError(f"`mix` must be >= 0 (<= 1 in convex mode), got {config.mix}.")
 
 
+class AbstractClassifier(eqx.Module):
+    """The classifier slot of JEM: logits of ONE flat sample, ``model(x (D,)) -> (C,)``.
+
+    The energies are read from the logits (``E(x, y) = -f(x)[y]``, ``E(x) = -logsumexp f(x)``),
+    so any subclass trains with `jem_loss` / `fit_jem` and samples with `sgld` on its energy.
+    """
+
+    @abc.abstractmethod
+    def __call__(self, x: Float[Array, " D"]) -> Float[Array, " C"]:
+        """Logits of one sample."""
+
+
 def jem_loss(
-    model: Callable[[Array], Array],
+    model: AbstractClassifier,
     x: Float[Array, "B D"],
     y: Int[Array, " B"],
     x_neg: Float[Array, "B D"],
@@ -213,9 +227,10 @@ def jem_loss(
 ) -> tuple[Float[Array, ""], dict[str, Array]]:
     """The JEM objective on data ``(x, y)`` and model samples ``x_neg`` (stop-gradient).
 
-    ``model`` maps ONE sample to logits. Returns ``(loss, aux)`` with ``ce``, ``gen``, ``reg``,
-    ``e_pos``, ``e_neg``; deterministic.
+    ``model`` (an `AbstractClassifier`) maps ONE sample to logits. Returns ``(loss, aux)`` with
+    ``ce``, ``gen``, ``reg``, ``e_pos``, ``e_neg``; deterministic.
     """
+    check_module(model, AbstractClassifier, "model")
     _check_config(config)
     logits = jax.vmap(model)(x)
     ce = jnp.mean(energy_joint(logits, y) - energy_marginal(logits))
@@ -272,7 +287,7 @@ class FitJEMResult(NamedTuple):
 
 
 def fit_jem(
-    model: Any,
+    model: AbstractClassifier,
     x: Float[ArrayLike, "N D"],
     y: Int[ArrayLike, " N"],
     config: JEMConfig,
@@ -289,8 +304,10 @@ def fit_jem(
 
     The replay buffer is fit's carried state: data noise, buffer draw, SGLD, loss and write-back
     are one compiled step, and the buffer is checkpointed and resumed with the model.
-    ``config.mix == 0`` is plain cross-entropy (no SGLD, the buffer untouched).
+    ``config.mix == 0`` is plain cross-entropy (no SGLD, the buffer untouched). ``model``: any
+    `AbstractClassifier` (`MLPClassifier`, `ConvClassifier` or your own subclass).
     """
+    check_module(model, AbstractClassifier, "model")
     _check_config(config)
     x, y = jnp.asarray(x), jnp.asarray(y)
     if x.ndim != 2 or y.shape != (x.shape[0],):
@@ -304,7 +321,7 @@ def fit_jem(
     return FitJEMResult(res, res.state)
 
 
-class MLPClassifier(eqx.Module):
+class MLPClassifier(AbstractClassifier):
     """``in_dim -> width x depth -> num_classes`` with SiLU, no normalisation (one sample)."""
 
     layers: tuple[eqx.nn.Linear, ...]
@@ -329,7 +346,7 @@ class MLPClassifier(eqx.Module):
         return self.layers[-1](self.features(x))
 
 
-class ConvClassifier(eqx.Module):
+class ConvClassifier(AbstractClassifier):
     """A small 8x8 conv net: conv3x3(32)-SiLU-conv3x3(64)-SiLU-mean pool-Linear (flat input)."""
 
     conv1: eqx.nn.Conv2d

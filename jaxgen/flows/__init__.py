@@ -36,6 +36,7 @@ from ._velocity import (
 )
 from .meanflow import (
     AbstractAverageVelocity as AbstractAverageVelocity,
+    AbstractSRVelocityField as AbstractSRVelocityField,
     AbstractTimeEmbeddedVelocity as AbstractTimeEmbeddedVelocity,
     FeatureDiscriminator as FeatureDiscriminator,
     FrozenFeatures as FrozenFeatures,

@@ -46,6 +46,7 @@ from ._layers import (
 from ._mixers import (
     DIVISIONS as DIVISIONS,
     MIXERS as MIXERS,
+    AbstractAdaptableMixer as AbstractAdaptableMixer,
     AbstractChannelMixer as AbstractChannelMixer,
     CffnMixer as CffnMixer,
     GatedCFMixer as GatedCFMixer,
@@ -73,6 +74,7 @@ from ._monotone import (
 )
 from ._transformer import (
     POSITIONS as POSITIONS,
+    AbstractCausalLM as AbstractCausalLM,
     Transformer as Transformer,
     TransformerBlock as TransformerBlock,
 )

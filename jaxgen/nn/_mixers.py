@@ -62,11 +62,30 @@ class AbstractChannelMixer(eqx.Module):
         """Apply to every position; returns (outputs, auxiliary loss)."""
 
 
+class AbstractAdaptableMixer(AbstractChannelMixer):
+    """A channel mixer whose matrices accept a `LinearAdapter` term (LoRA, routed experts).
+
+    ``adapted_weights()`` names the adapted matrices (``{"w_in": W, ...}``; the hook calls them
+    ``"mixer.<name>"``), and ``apply_sequence(h, adapter)`` adds ``adapter("mixer.<name>", x)`` to
+    each product ``x @ W^T``; with ``adapter=None`` it is the plain mixer.
+    """
+
+    @abc.abstractmethod
+    def adapted_weights(self) -> dict[str, Float[Array, "out in"]]:
+        """The adapted matrices ``(out, in)`` by field name (the hook name without ``mixer.``)."""
+
+    @abc.abstractmethod
+    def apply_sequence(
+        self, h: Float[Array, "L dim"], adapter: LinearAdapter | None = None
+    ) -> tuple[Float[Array, "L dim"], Float[Array, ""]]:
+        """Apply to every position, adding ``adapter``'s terms; returns (outputs, aux loss)."""
+
+
 def _per_token(mixer: AbstractChannelMixer, h: Array) -> tuple[Array, Array]:
     return jax.vmap(mixer)(h), jnp.zeros((), h.dtype)
 
 
-class MLPMixer(AbstractChannelMixer):
+class MLPMixer(AbstractAdaptableMixer):
     """``W_2 gelu(W_1 x)`` with hidden width ``expansion * dim``, no biases (8 dim^2 parameters)."""
 
     w_in: Float[Array, "hidden dim"]
@@ -84,6 +103,10 @@ class MLPMixer(AbstractChannelMixer):
         _check_token(x, self.dim)
         return _matvec(self.w_out, jax.nn.gelu(_matvec(self.w_in, x)))
 
+    def adapted_weights(self):
+        """``w_in`` and ``w_out``."""
+        return {"w_in": self.w_in, "w_out": self.w_out}
+
     def apply_sequence(self, h, adapter: LinearAdapter | None = None):
         """Apply to every position; ``adapter`` adds to ``"mixer.w_in"``, ``"mixer.w_out"``."""
         if adapter is None:
@@ -97,7 +120,7 @@ def swiglu_hidden(dim: int) -> int:
     return int(math.ceil(8 * dim / 3 / 8) * 8)
 
 
-class SwiGLUMixer(AbstractChannelMixer):
+class SwiGLUMixer(AbstractAdaptableMixer):
     """``W_o (silu(W_g x) * W_v x)`` with hidden width ``hidden`` (default `swiglu_hidden`)."""
 
     w_gate: Float[Array, "hidden dim"]
@@ -120,6 +143,10 @@ class SwiGLUMixer(AbstractChannelMixer):
         _check_token(x, self.dim)
         g = jax.nn.silu(_matvec(self.w_gate, x))
         return _matvec(self.w_out, g * _matvec(self.w_value, x))
+
+    def adapted_weights(self):
+        """``w_gate``, ``w_value`` and ``w_out``."""
+        return {"w_gate": self.w_gate, "w_value": self.w_value, "w_out": self.w_out}
 
     def apply_sequence(self, h, adapter: LinearAdapter | None = None):
         """Apply to every position.

@@ -6,6 +6,7 @@ bidirectional (discrete diffusion), rotary or learned positions, optional time c
 untrained time path is the identity), tied or separate output head.
 """
 
+import abc
 from typing import Any
 
 import equinox as eqx
@@ -15,7 +16,7 @@ import jax.random as jr
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from ._layers import LinearAdapter, MultiHeadAttention, RMSNorm, TimeEmbedding, init_normal
-from ._mixers import AbstractChannelMixer, MLPMixer, SwiGLUMixer, make_mixer
+from ._mixers import AbstractAdaptableMixer, AbstractChannelMixer, make_mixer
 
 POSITIONS = ("rotary", "learned")
 
@@ -65,12 +66,13 @@ class TransformerBlock(eqx.Module):
         ``mask`` (``(L,)`` bool, optional) marks the positions usable as attention keys (see
         `MultiHeadAttention`); masked positions still get their own outputs. ``adapter``
         (optional, see `jaxgen.nn.LinearAdapter`) adds a term to the attention input projection
-        (``"attn.w_qkv"``) and to the mixer matrices (``"mixer.<field>"``, MLP and SwiGLU
-        mixers); ``None`` is the plain graph.
+        (``"attn.w_qkv"``) and to the mixer matrices (``"mixer.<field>"``, any
+        `AbstractAdaptableMixer`: ``"mlp"``, ``"swiglu"``); ``None`` is the plain graph.
         """
-        if adapter is not None and not isinstance(self.mixer, MLPMixer | SwiGLUMixer):
+        if adapter is not None and not isinstance(self.mixer, AbstractAdaptableMixer):
             raise TypeError(
-                f"`adapter` needs an 'mlp' or 'swiglu' mixer, got {type(self.mixer).__name__}."
+                "`adapter` needs an AbstractAdaptableMixer in the block (the 'mlp' or 'swiglu' "
+                f"mixer, or your own subclass), got {type(self.mixer).__name__}."
             )
         a = jax.vmap(self.attn_norm)(h)
         m_shift = m_scale = None
@@ -89,7 +91,38 @@ class TransformerBlock(eqx.Module):
         return h + out, aux
 
 
-class Transformer(eqx.Module):
+class AbstractCausalLM(eqx.Module):
+    """A language model on ONE token sequence: ``tokens: int[L]`` -> logits ``[L, out_size]``.
+
+    The slot of every LM function of `jaxgen.transformers` (`lm_loss`, `train_lm`,
+    `evaluate_lm`, `sample_lm`, `score_sequences`): subclass it with your own equinox module.
+    Logits are ``logits(features(tokens)[0])``; the second output of ``features`` is an
+    auxiliary training loss (e.g. an MoE load loss; return ``0`` if there is none), which
+    `lm_loss` adds with a small weight.
+
+    Attributes:
+        vocab_size: number of input token ids.
+        out_size: number of logits per position.
+        max_len: longest sequence accepted.
+        causal: whether position ``i`` sees only tokens ``<= i``; next-token likelihoods and
+            sampling require ``True``.
+    """
+
+    vocab_size: eqx.AbstractVar[int]
+    out_size: eqx.AbstractVar[int]
+    max_len: eqx.AbstractVar[int]
+    causal: eqx.AbstractVar[bool]
+
+    @abc.abstractmethod
+    def features(self, tokens: Int[Array, " L"]) -> tuple[Float[Array, "L dim"], Float[Array, ""]]:
+        """Final hidden states ``[L, dim]`` of one sequence and the auxiliary loss (scalar)."""
+
+    @abc.abstractmethod
+    def logits(self, features: Float[Array, "L dim"]) -> Float[Array, "L out"]:
+        """Output head: logits ``[L, out_size]`` from the hidden states."""
+
+
+class Transformer(AbstractCausalLM):
     """Token transformer acting on ONE sequence ``tokens: int[L]`` -> logits ``[L, out_size]``.
 
     Args (constructor):
@@ -201,19 +234,30 @@ class Transformer(eqx.Module):
         if self.time_embedding is not None and t is None:
             raise ValueError("this model is time-conditioned: pass `t`.")
 
-    def features(
+    def embed(
         self, tokens: Int[Array, " L"], t: Float[Array, ""] | None = None
-    ) -> tuple[Float[Array, "L dim"], Float[Array, ""]]:
-        """Final normalised hidden states ``[L, dim]`` and the summed auxiliary (MoE) loss."""
+    ) -> Float[Array, "L dim"]:
+        """Checked input embedding of one sequence: token plus (learned) position embeddings.
+
+        Shapes, dtype and the time argument are checked at trace time; ids outside
+        ``[0, vocab_size)`` raise through `eqx.error_if`.
+        """
         self._check(tokens, t)
         tokens = eqx.error_if(
             tokens,
             jnp.any((tokens < 0) | (tokens >= self.vocab_size)),
-            "token ids outside [0, vocab_size).",
+            "`tokens`: ids outside [0, vocab_size).",
         )
         h = self.embedding[tokens]
         if self.position_embedding is not None:
             h = h + self.position_embedding[: tokens.shape[0]]
+        return h
+
+    def features(
+        self, tokens: Int[Array, " L"], t: Float[Array, ""] | None = None
+    ) -> tuple[Float[Array, "L dim"], Float[Array, ""]]:
+        """Final normalised hidden states ``[L, dim]`` and the summed auxiliary (MoE) loss."""
+        h = self.embed(tokens, t)
         cond = None if self.time_embedding is None else self.time_embedding(jnp.asarray(t, h.dtype))
         aux = jnp.zeros((), h.dtype)
         for block in self.blocks:

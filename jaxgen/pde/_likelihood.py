@@ -30,7 +30,9 @@ def exact_path_loglik(
     lam: Float[Array, " p"],
     delta: Float[ArrayLike, ""],
 ) -> Float[Array, ""]:
-    """sum_k log p_lam(delta, x_{k+1} | x_k) with the exact transition (OU, CIR)."""
+    """sum_k log p_lam(delta, x_{k+1} | x_k) with the exact transition (the model's
+    ``log_transition``: OU, CIR or a user model).
+    """
     xs, delta = _check_path(model, xs, delta)
     lam = model.check_params(lam)
     return jnp.sum(

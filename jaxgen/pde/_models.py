@@ -9,6 +9,7 @@ import jax.random as jr
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from jaxgen.core import solve_sde
+from jaxgen.core.checks import check_module
 
 from ._ncx2 import log_ncx2_pdf
 
@@ -43,6 +44,24 @@ class AbstractDiffusionModel(eqx.Module):
     @abc.abstractmethod
     def check_params(self, lam: Float[Array, " p"]) -> Float[Array, " p"]:
         """Return ``lam`` after value checks (``eqx.error_if``) on the parameter domain."""
+
+    def log_transition(
+        self,
+        t: Float[Array, ""],
+        x: Float[Array, " dim"],
+        x0: Float[Array, " dim"],
+        lam: Float[Array, " p"],
+    ) -> Float[Array, ""]:
+        """Optional closed form of ``log p_lam(t, x | x0)`` on checked arguments.
+
+        Override it in a model with a known transition density; `exact_log_transition` checks
+        the arguments and calls it. The default raises ``TypeError`` (no closed form).
+        """
+        del t, x, x0, lam
+        raise TypeError(
+            f"`model`: no closed-form transition density for {type(self).__name__} (override "
+            "`log_transition`); use a learned TransitionFlow or Monte Carlo."
+        )
 
     @property
     def shift_invariant(self) -> tuple[bool, ...]:
@@ -125,6 +144,17 @@ class OrnsteinUhlenbeck(AbstractDiffusionModel):
             lam, (lam[0] <= 0) | (lam[1] <= 0), "`lam`: OU needs kappa > 0 and sigma > 0."
         )
 
+    def log_transition(self, t, x, x0, lam):
+        """Gaussian N(theta + (x0 - theta) e^{-kappa t}, a (1 - e^{-2 kappa t}) / (2 kappa))."""
+        kappa = lam[0]
+        mean = lam[2:] + (x0 - lam[2:]) * jnp.exp(-kappa * t)
+        cov = self.diffusion(x0, lam) * (-jnp.expm1(-2 * kappa * t)) / (2 * kappa)
+        chol = jnp.linalg.cholesky(cov)
+        u = jax.scipy.linalg.solve_triangular(chol, x - mean, lower=True)
+        return (
+            -0.5 * u @ u - jnp.sum(jnp.log(jnp.diag(chol))) - 0.5 * self.dim * jnp.log(2 * jnp.pi)
+        )
+
 
 class CoxIngersollRoss(AbstractDiffusionModel):
     r"""CIR process dV = kappa (theta - V) dt + sigma sqrt(V) dW, ``lam = (kappa, theta, sigma)``.
@@ -165,6 +195,11 @@ class CoxIngersollRoss(AbstractDiffusionModel):
                 "(the model was built with require_feller=True).",
             )
         return lam
+
+    def log_transition(self, t, x, x0, lam):
+        """Log p = log(2 c_t) + log ncχ²(2 c_t x; df, nc) (see `cir_transition_params`)."""
+        c, df, nc = cir_transition_params(t, x0[0], lam)
+        return jnp.log(2 * c) + log_ncx2_pdf(2 * c * x[0], df, nc)
 
 
 class Heston(AbstractDiffusionModel):
@@ -246,17 +281,22 @@ def exact_log_transition(
     x0: Float[Array, " dim"],
     lam: Float[Array, " p"],
 ) -> Float[Array, ""]:
-    r"""Exact log transition density log p_lam(t, x | x0) for OU and CIR.
+    r"""Exact log transition density log p_lam(t, x | x0): the model's ``log_transition``.
+
+    Checks the arguments, then calls ``model.log_transition`` (implemented by OU, CIR and any
+    user `AbstractDiffusionModel` that overrides it).
 
     OU: Gaussian N(theta + (x0 - theta) e^{-kappa t}, a (1 - e^{-2 kappa t}) / (2 kappa)).
     CIR: log p = log(2 c_t) + log ncχ²(2 c_t x; df, nc) (see `cir_transition_params`).
 
     Raises:
-        TypeError: for models without a closed-form transition (Heston).
+        TypeError: for models without a closed-form transition (Heston: ``log_transition`` is
+            not overridden).
 
     References:
         Cox, Ingersoll and Ross (1985), Econometrica 53, 385-407.
     """
+    check_module(model, AbstractDiffusionModel, "model")
     lam = model.check_params(lam)
     t = _check_time(t)
     x = model.check_state(x, "x")
@@ -265,22 +305,7 @@ def exact_log_transition(
         raise ValueError(
             f"`x` and `x0` must have shape ({model.dim},), got {x.shape} and {x0.shape}."
         )
-    if isinstance(model, OrnsteinUhlenbeck):
-        kappa = lam[0]
-        mean = lam[2:] + (x0 - lam[2:]) * jnp.exp(-kappa * t)
-        cov = model.diffusion(x0, lam) * (-jnp.expm1(-2 * kappa * t)) / (2 * kappa)
-        chol = jnp.linalg.cholesky(cov)
-        u = jax.scipy.linalg.solve_triangular(chol, x - mean, lower=True)
-        return (
-            -0.5 * u @ u - jnp.sum(jnp.log(jnp.diag(chol))) - 0.5 * model.dim * jnp.log(2 * jnp.pi)
-        )
-    if isinstance(model, CoxIngersollRoss):
-        c, df, nc = cir_transition_params(t, x0[0], lam)
-        return jnp.log(2 * c) + log_ncx2_pdf(2 * c * x[0], df, nc)
-    raise TypeError(
-        f"`model`: no closed-form transition density for {type(model).__name__}; "
-        "use a learned TransitionFlow or Monte Carlo."
-    )
+    return model.log_transition(t, x, x0, lam)
 
 
 def sample_cir_exact(

@@ -18,20 +18,27 @@ import optax
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
 
 from ..core import FitResult, fit
-from ..nn import Transformer, dyadic_schedule
+from ..core.checks import check_module
+from ..nn import AbstractCausalLM, dyadic_schedule
 
 AUX_LOSS_WEIGHT = 0.01  # weight of the MoE load-balancing loss inside `lm_loss`
-#: Models the evaluation and sampling helpers accept: a causal Transformer, or one with routed
-#: LoRA experts (`QESTransformer`).
-CausalLM = eqx.Module
+#: Models every LM function accepts: any `jaxgen.nn.AbstractCausalLM` (`jaxgen.nn.Transformer`,
+#: `QESTransformer`, or your own subclass).
+CausalLM = AbstractCausalLM
 
 
 def _check_model(model: CausalLM) -> None:
-    # A QESTransformer (routed LoRA experts on a frozen base) is read like a Transformer.
-    if not isinstance(model, Transformer) and not isinstance(
-        getattr(model, "base", None), Transformer
-    ):
-        raise TypeError(f"`model` must be a jaxgen.nn.Transformer, got {type(model).__name__}.")
+    check_module(model, AbstractCausalLM, "model")
+
+
+def _forward(model: CausalLM, tokens: Array) -> tuple[Array, Array]:
+    """(logits, auxiliary loss) of one sequence through the `AbstractCausalLM` contract."""
+    h, aux = model.features(tokens)
+    return model.logits(h), aux
+
+
+def _logits(model: CausalLM, tokens: Array) -> Array:
+    return _forward(model, tokens)[0]
 
 
 def token_nll(model: CausalLM, tokens: Int[Array, " L"]) -> Float[Array, " L-1"]:
@@ -39,7 +46,7 @@ def token_nll(model: CausalLM, tokens: Int[Array, " L"]) -> Float[Array, " L-1"]
     _check_model(model)
     if not model.causal:
         raise ValueError("next-token likelihoods need a causal model (causal=True).")
-    logits = model(tokens[:-1])
+    logits = _logits(model, tokens[:-1])
     logp = jax.nn.log_softmax(logits, axis=-1)
     return -jnp.take_along_axis(logp, tokens[1:, None], axis=-1)[:, 0]
 
@@ -55,18 +62,19 @@ def _split_batch(batch: PyTree) -> tuple[Array, Array | None]:
     return batch, None
 
 
-def lm_loss(model: Transformer, batch: PyTree, key: PRNGKeyArray) -> Float[Array, ""]:
-    """Mean next-token cross-entropy (nats) over a batch, plus the MoE load loss.
+def lm_loss(model: CausalLM, batch: PyTree, key: PRNGKeyArray) -> Float[Array, ""]:
+    """Mean next-token cross-entropy (nats) over a batch, plus the auxiliary (MoE load) loss.
 
     ``batch`` is ``int[B, L]`` (every position after the first is a target) or
     ``(int[B, L], bool[B, L])`` where the mask selects the target positions (padding excluded).
     Module level, so `jaxgen.core.fit` reuses its compiled step.
     """
     del key
+    _check_model(model)
     tokens, mask = _split_batch(batch)
     if tokens.ndim != 2 or tokens.shape[1] < 2:
         raise ValueError(f"`batch` tokens must have shape (B, L) with L >= 2, got {tokens.shape}.")
-    logits, aux = jax.vmap(model.forward)(tokens[:, :-1])
+    logits, aux = jax.vmap(lambda x: _forward(model, x))(tokens[:, :-1])
     logp = jax.nn.log_softmax(logits, axis=-1)
     nll = -jnp.take_along_axis(logp, tokens[:, 1:, None], axis=-1)[..., 0]
     if mask is None:
@@ -109,7 +117,7 @@ def lm_optimizer(
 
 
 def train_lm(
-    model: Transformer,
+    model: CausalLM,
     batches,
     *,
     num_steps: int,
@@ -127,7 +135,9 @@ def train_lm(
     """Train a causal LM with `jaxgen.core.fit` on `lm_loss` (checkpointed and resumable).
 
     Args:
-        model: a causal `jaxgen.nn.Transformer`.
+        model: a causal `jaxgen.nn.AbstractCausalLM` (e.g. `jaxgen.nn.Transformer`); every
+            inexact array leaf is trained (train a `QESTransformer`'s adapters with
+            `train_qes`).
         batches: pure sampler ``batches(key) -> int[B, L]`` or ``(int[B, L], bool[B, L])``
             (e.g. ``jaxgen.data.random_windows(tokens, B, context + 1)`` or
             ``jaxgen.core.minibatches(samples, B)`` to fine-tune on sequences).
@@ -140,8 +150,6 @@ def train_lm(
         `jaxgen.core.FitResult` (model, opt_state, losses, resumed_from).
     """
     _check_model(model)
-    if not isinstance(model, Transformer):
-        raise TypeError("train a QESTransformer's adapters with `train_qes`, not `train_lm`.")
     if not model.causal:
         raise ValueError("`train_lm` trains causal language models; got causal=False.")
     if optimizer is None:
@@ -203,7 +211,7 @@ def evaluate_lm(
     first is predicted exactly once, from at most ``context`` previous tokens of its window.
 
     Args:
-        model: causal `Transformer`.
+        model: causal `jaxgen.nn.AbstractCausalLM`.
         tokens: 1-D integer stream ``(N,)``.
         context: window context (default ``model.max_len``, at most ``model.max_len``).
         max_windows: evaluate only the first this many windows (evenly spaced if fewer).
@@ -272,7 +280,7 @@ def score_sequences(
 
 
 def generative_perplexity(
-    scorer: Transformer, samples: Int[Array, "B L"], mask: Bool[Array, "B L"] | None = None
+    scorer: CausalLM, samples: Int[Array, "B L"], mask: Bool[Array, "B L"] | None = None
 ) -> Float[Array, ""]:
     """Perplexity of generated ``samples`` under a separately trained causal ``scorer``.
 
@@ -301,7 +309,7 @@ def _sample_impl(
     def step(i: Array, carry: tuple[Array, PRNGKeyArray]) -> tuple[Array, PRNGKeyArray]:
         buf, key = carry
         key, sub = jr.split(key)
-        logits = model(buf)[i - 1] / temperature  # causal: positions >= i are not seen
+        logits = _logits(model, buf)[i - 1] / temperature  # causal: positions >= i are not seen
         if top_k is not None:
             kth = jax.lax.top_k(logits, top_k)[0][-1]
             logits = jnp.where(logits >= kth, logits, -jnp.inf)
@@ -333,7 +341,7 @@ def sample_lm(
 
     Args:
         key: PRNG key.
-        model: causal `Transformer`.
+        model: causal `jaxgen.nn.AbstractCausalLM`.
         num_samples: sequences to draw.
         length: total length including the prompt (``<= model.max_len``).
         prompt: 1-D ids, at least one (e.g. a newline byte or a BOS id).

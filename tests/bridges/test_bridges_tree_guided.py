@@ -354,9 +354,9 @@ def test_guided_bad_input():
         )
     with pytest.raises(ValueError, match="`x_root` must have shape"):
         GuidedTree(topo=TOPO, model=gt.model, filt=gt.filt, proxy=kern, x_root=jnp.zeros(3))
-    with pytest.raises(TypeError, match="`control` must be a ResidualFlow"):
+    with pytest.raises(TypeError, match="`control` must be a AbstractKernelResidual"):
         fit_nbffg(jr.key(0), gt, _shape_only(ControlNet, 2, 2, 8, 1), num_steps=1)
-    with pytest.raises(TypeError, match="`control` must be a ControlNet"):
+    with pytest.raises(TypeError, match="`control` must be a AbstractSDEControl"):
         guided_sample(jr.key(0), sgt, _shape_only(ResidualFlow, 1))
     with pytest.raises(ValueError, match="`control` acts in dim 3"):
         guided_sample(jr.key(0), gt, _shape_only(ResidualFlow, 3))

@@ -441,5 +441,5 @@ def test_full_tree_loss_closed_form_on_a_mixed_proxy_tree():
     np.testing.assert_allclose(got, ref, rtol=1e-9)
     with pytest.raises(ValueError, match="`num_samples` must be an int >= 1, got 0"):
         full_tree_loss(jr.key(0), gt, None, 0)
-    with pytest.raises(TypeError, match="`control` must be a ResidualFlow"):
+    with pytest.raises(TypeError, match="`control` must be a AbstractKernelResidual"):
         full_tree_loss(jr.key(0), gt, _shape_only(ControlNet, 2, 2, 8, 1), 1)

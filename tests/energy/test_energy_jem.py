@@ -13,6 +13,7 @@ import pytest
 from jaxgen.core import fit, minibatches
 from jaxgen.data import CORRUPTIONS, corrupt
 from jaxgen.energy import (
+    AbstractClassifier,
     JEMConfig,
     MLPClassifier,
     cue_conflict_shape_bias,
@@ -120,6 +121,15 @@ def test_mix_zero_is_cross_entropy_training(toy, getkey):
     )
 
 
+class LinearLogits(AbstractClassifier):
+    """Logits ``W x``: a user's classifier in the JEM slot."""
+
+    w: jax.Array
+
+    def __call__(self, x):
+        return self.w @ x
+
+
 def test_jem_loss_gradient_and_training_resume(toy, getkey, tmp_path):
     """Check 2 (linear logits: autodiff of L_gen = E-gradient difference) and resume."""
     x, y = toy
@@ -128,7 +138,7 @@ def test_jem_loss_gradient_and_training_resume(toy, getkey, tmp_path):
     cfg = JEMConfig(mix=1.0)
 
     def gen(W):
-        return jem_loss(lambda z: W @ z, x[:32], y[:32], x_neg, cfg)[1]["gen"]
+        return jem_loss(LinearLogits(W), x[:32], y[:32], x_neg, cfg)[1]["gen"]
 
     def expected(W):  # dE(x)/dW = -softmax(Wx) x^T
         def de(z):

@@ -202,7 +202,7 @@ def test_bad_inputs(stage, getkey):
         net(0.1, x[0], None)
     with pytest.raises(ValueError, match="flat"):
         net(0.1, x[:2], cond[0])
-    with pytest.raises(TypeError, match="SRVelocityNet"):
+    with pytest.raises(TypeError, match="AbstractSRVelocityField"):
         FrozenFeatures(gauss(0.0, 1.0))
     with pytest.raises(ValueError, match="tau_range"):
         vsd_loss(x[:2], teacher, teacher, cond[:2], getkey(), tau_range=(0.0, 1.0))

@@ -22,6 +22,10 @@ from ._fit import (
     stratified_leaf_batches as stratified_leaf_batches,
 )
 from ._guided import (
+    AbstractKernelResidual as AbstractKernelResidual,
+    AbstractSDEControl as AbstractSDEControl,
+    AbstractTreeKernel as AbstractTreeKernel,
+    AbstractTreeSDE as AbstractTreeSDE,
     ControlNet as ControlNet,
     GuidedSample as GuidedSample,
     GuidedTree as GuidedTree,

@@ -28,9 +28,9 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from ...core import FitResult, adamw_cosine, fit
 from ._guided import (
-    ControlNet,
+    AbstractKernelResidual,
+    AbstractSDEControl,
     GuidedTree,
-    ResidualFlow,
     _check_control,
     guided_sample,
     path_loss,
@@ -39,7 +39,7 @@ from ._topology import TreeTopology
 
 
 class _Trainable(eqx.Module):
-    control: ControlNet | ResidualFlow
+    control: AbstractSDEControl | AbstractKernelResidual
     frozen: GuidedTree
 
 
@@ -50,7 +50,7 @@ def _frozen(gt: GuidedTree) -> GuidedTree:
 def full_tree_loss(
     key: PRNGKeyArray,
     gt: GuidedTree,
-    control: ControlNet | ResidualFlow | None,
+    control: AbstractSDEControl | AbstractKernelResidual | None,
     num_samples: int = 1,
 ) -> Float[Array, ""]:
     """Monte Carlo estimate of ``E sum_v l_v`` from ``num_samples`` whole-tree draws.
@@ -130,7 +130,7 @@ def _full_batches(batch_size: int):
 def fit_nbffg(
     key: PRNGKeyArray,
     gt: GuidedTree,
-    control: ControlNet | ResidualFlow,
+    control: AbstractSDEControl | AbstractKernelResidual,
     *,
     num_steps: int,
     mode: str = "path",
@@ -155,7 +155,8 @@ def fit_nbffg(
     Args:
         key: PRNG key.
         gt: the `GuidedTree`.
-        control: initial `ControlNet` (SDE edges) or `ResidualFlow` (discrete edges); both
+        control: initial `AbstractSDEControl` (SDE edges, e.g. `ControlNet`) or
+            `AbstractKernelResidual` (discrete edges, e.g. `ResidualFlow`); the built-ins
             start as the identity residual (= BFFG).
         num_steps: optimiser steps.
         mode: ``"path"`` or ``"full"``.
@@ -175,7 +176,10 @@ def fit_nbffg(
         `jaxgen.core.FitResult` whose ``model`` is the trained control.
     """
     if control is None:
-        raise TypeError("`control` must be a ControlNet (SDE edges) or ResidualFlow (discrete).")
+        raise TypeError(
+            "`control` must be an AbstractSDEControl (SDE edges, e.g. ControlNet) or an "
+            "AbstractKernelResidual (discrete edges, e.g. ResidualFlow), got None."
+        )
     _check_control(gt, control)
     if mode not in ("path", "full"):
         raise ValueError(f"`mode` must be 'path' or 'full', got {mode!r}.")

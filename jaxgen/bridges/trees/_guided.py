@@ -21,6 +21,7 @@ References:
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -33,6 +34,7 @@ from jax.sharding import Mesh
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from ...core import sharded_vmap, solve_sde
+from ...core.checks import check_module
 from .._htransform import guide
 from ._filter import (
     Canonical,
@@ -46,28 +48,114 @@ from ._filter import (
 from ._topology import TreeTopology
 
 
-class TreeKernel(eqx.Module):
-    """Discrete (one-step) Gaussian edge kernel ``x_v ~ N(mean(x_pa, tau), cov(x_pa, tau))``.
+class AbstractTreeKernel(eqx.Module):
+    """The model slot of discrete edges: a Gaussian kernel ``x_v ~ N(mean, cov)`` given the parent.
 
-    Attributes:
-        mean: ``(x_pa (dim,), tau ()) -> (dim,)``, possibly nonlinear.
-        cov: ``(x_pa (dim,), tau ()) -> (dim, dim)``, symmetric positive definite.
+    Subclasses give ``mean(x_pa, tau) -> (dim,)`` (possibly nonlinear) and ``cov(x_pa, tau) ->
+    (dim, dim)`` (symmetric positive definite), for one parent state ``x_pa`` ``(dim,)`` and
+    the branch length ``tau`` (scalar).
     """
 
-    mean: Callable[[Array, Array], Array] = eqx.field(static=True)
-    cov: Callable[[Array, Array], Array] = eqx.field(static=True)
+    @abc.abstractmethod
+    def mean(self, x_pa: Float[Array, " dim"], tau: Float[Array, ""]) -> Float[Array, " dim"]:
+        """Mean of the child given the parent state and branch length."""
+
+    @abc.abstractmethod
+    def cov(self, x_pa: Float[Array, " dim"], tau: Float[Array, ""]) -> Float[Array, "dim dim"]:
+        """Covariance of the child given the parent state and branch length."""
 
 
-class TreeSDE(eqx.Module):
-    """Edge SDE ``dX = drift(t, X) dt + diffusion(t, X) dW`` on ``[0, tau_v]``, X_0 = x_pa.
+class AbstractTreeSDE(eqx.Module):
+    """The model slot of SDE edges: ``dX = drift(t, X) dt + diffusion(t, X) dW`` on ``[0, tau_v]``.
 
-    Attributes:
-        drift: ``(t (), x (dim,)) -> (dim,)``.
-        diffusion: ``(t (), x (dim,)) -> (dim, w)``, driven by a w-dimensional Brownian motion.
+    Subclasses give ``drift(t, x) -> (dim,)`` and ``diffusion(t, x) -> (dim, w)`` (driven by a
+    w-dimensional Brownian motion) for one state ``x`` ``(dim,)`` and a scalar ``t``.
     """
 
-    drift: Callable[[Array, Array], Array] = eqx.field(static=True)
-    diffusion: Callable[[Array, Array], Array] = eqx.field(static=True)
+    @abc.abstractmethod
+    def drift(self, t: Float[Array, ""], x: Float[Array, " dim"]) -> Float[Array, " dim"]:
+        """Drift ``b(t, x)``."""
+
+    @abc.abstractmethod
+    def diffusion(self, t: Float[Array, ""], x: Float[Array, " dim"]) -> Float[Array, "dim w"]:
+        """Noise matrix ``sigma(t, x)``."""
+
+
+class TreeKernel(AbstractTreeKernel):
+    """Discrete (one-step) Gaussian edge kernel from two functions.
+
+    ``TreeKernel(mean_fn, cov_fn)`` with ``mean_fn(x_pa, tau) -> (dim,)`` and
+    ``cov_fn(x_pa, tau) -> (dim, dim)``.
+    """
+
+    mean_fn: Callable[[Array, Array], Array] = eqx.field(static=True)
+    cov_fn: Callable[[Array, Array], Array] = eqx.field(static=True)
+
+    def __init__(self, mean: Callable[[Array, Array], Array], cov: Callable[[Array, Array], Array]):
+        self.mean_fn, self.cov_fn = mean, cov
+
+    def mean(self, x_pa, tau):
+        return self.mean_fn(x_pa, tau)
+
+    def cov(self, x_pa, tau):
+        return self.cov_fn(x_pa, tau)
+
+
+class TreeSDE(AbstractTreeSDE):
+    """Edge SDE from two functions: ``TreeSDE(drift_fn, diffusion_fn)``.
+
+    ``drift_fn(t (), x (dim,)) -> (dim,)`` and ``diffusion_fn(t (), x (dim,)) -> (dim, w)``.
+    """
+
+    drift_fn: Callable[[Array, Array], Array] = eqx.field(static=True)
+    diffusion_fn: Callable[[Array, Array], Array] = eqx.field(static=True)
+
+    def __init__(
+        self, drift: Callable[[Array, Array], Array], diffusion: Callable[[Array, Array], Array]
+    ):
+        self.drift_fn, self.diffusion_fn = drift, diffusion
+
+    def drift(self, t, x):
+        return self.drift_fn(t, x)
+
+    def diffusion(self, t, x):
+        return self.diffusion_fn(t, x)
+
+
+class AbstractSDEControl(eqx.Module):
+    """The residual-control slot of SDE edges (NBFFG): ``theta(u, tau - t, x, r~) -> (w,)``.
+
+    Called on one state at unit time ``u = t / tau``, with the time left to the child, the
+    state ``x`` ``(dim,)`` and the guiding term ``r~`` ``(dim,)``; returns the control in the
+    Brownian coordinates (``w`` = columns of the edge diffusion). Zero is plain BFFG.
+    """
+
+    @abc.abstractmethod
+    def __call__(
+        self,
+        u: Float[Array, ""],
+        remaining: Float[Array, ""],
+        x: Float[Array, " dim"],
+        r: Float[Array, " dim"],
+    ) -> Float[Array, " w"]:
+        """The control ``theta``."""
+
+
+class AbstractKernelResidual(eqx.Module):
+    """The residual slot of discrete edges (NBFFG): an invertible map of the whitened draw.
+
+    ``residual(xi, context) -> (T(xi), log |det dT/dxi|)`` on one whitened guided draw ``xi``
+    ``(dim,)`` with the context ``kappa = (x_pa, m°, log diag P°, tau_v)`` ``(3 dim + 1,)``.
+    The identity map is plain BFFG.
+    """
+
+    dim: eqx.AbstractVar[int]
+
+    @abc.abstractmethod
+    def __call__(
+        self, xi: Float[Array, " dim"], context: Float[Array, " c"]
+    ) -> tuple[Float[Array, " dim"], Float[Array, ""]]:
+        """``(T(xi; kappa), log |det dT/dxi|)``."""
 
 
 class GuidedTree(eqx.Module):
@@ -75,24 +163,27 @@ class GuidedTree(eqx.Module):
 
     Attributes:
         topo: the tree (static).
-        model: `TreeKernel` (discrete edges) or `TreeSDE` (SDE edges).
+        model: an `AbstractTreeKernel` (discrete edges, e.g. `TreeKernel`) or an
+            `AbstractTreeSDE` (SDE edges, e.g. `TreeSDE`).
         filt: `TreeFilter` of the proxy (from `backward_filter`).
         proxy: the proxy used by ``filt`` (`LinearKernels` or `LinearSDEs`).
         x_root: ``(dim,)`` fixed root state.
     """
 
     topo: TreeTopology = eqx.field(static=True)
-    model: TreeKernel | TreeSDE
+    model: AbstractTreeKernel | AbstractTreeSDE
     filt: TreeFilter
     proxy: LinearKernels | LinearSDEs
     x_root: Float[Array, " dim"]
 
     def __check_init__(self):
-        sde = isinstance(self.model, TreeSDE)
+        check_module(self.model, (AbstractTreeKernel, AbstractTreeSDE), "model")
+        sde = isinstance(self.model, AbstractTreeSDE)
         if sde != isinstance(self.proxy, LinearSDEs) or sde == (self.filt.H_t is None):
             raise TypeError(
-                "`model`, `proxy` and `filt` must agree: TreeSDE with LinearSDEs and an SDE "
-                "filter, or TreeKernel with LinearKernels and a discrete filter; got "
+                "`model`, `proxy` and `filt` must agree: an AbstractTreeSDE with LinearSDEs and "
+                "an SDE filter, or an AbstractTreeKernel with LinearKernels and a discrete "
+                "filter; got "
                 f"{type(self.model).__name__}, {type(self.proxy).__name__}."
             )
         if self.x_root.shape != self.filt.node.F.shape[1:]:
@@ -103,7 +194,7 @@ class GuidedTree(eqx.Module):
     @property
     def is_sde(self) -> bool:
         """Whether edges are SDEs."""
-        return isinstance(self.model, TreeSDE)
+        return isinstance(self.model, AbstractTreeSDE)
 
     @property
     def num_steps(self) -> int:
@@ -116,7 +207,7 @@ class GuidedTree(eqx.Module):
         return log_potential(root, self.x_root)
 
 
-class ControlNet(eqx.Module):
+class ControlNet(AbstractSDEControl):
     r"""Residual control ``theta(t, x)`` of an SDE edge (NBFFG), zero at initialisation.
 
     An MLP on ``(u, tau - t, x, r~)`` with ``u = t / tau`` whose last layer starts at zero, so
@@ -146,7 +237,7 @@ class ControlNet(eqx.Module):
         return self.mlp(inp).astype(x.dtype)
 
 
-class ResidualFlow(eqx.Module):
+class ResidualFlow(AbstractKernelResidual):
     r"""Conditional affine-coupling residual of a discrete edge (NBFFG), identity at init.
 
     Acts on the whitened guided draw ``xi = L°^{-1}(x° - m°)``: each layer keeps the coordinates
@@ -268,7 +359,7 @@ def _sde_edge(gt: GuidedTree, control, x_pa, v, key):
         ``(x_v, l_train, l_is)``: the end state, the pathwise training loss
         ``int (|theta|^2/2 - G) dt`` and the exact log-ratio ``l_train + int theta^T dW``.
     """
-    model: TreeSDE = gt.model  # type: ignore[assignment]
+    model: AbstractTreeSDE = gt.model  # type: ignore[assignment]
     proxy: LinearSDEs = gt.proxy  # type: ignore[assignment]
     dtype = x_pa.dtype
     d = x_pa.shape[0]
@@ -318,13 +409,10 @@ def _sde_edge(gt: GuidedTree, control, x_pa, v, key):
 def _check_control(gt: GuidedTree, control) -> None:
     if control is None:
         return
-    want = ControlNet if gt.is_sde else ResidualFlow
-    if not isinstance(control, want):
-        raise TypeError(
-            f"`control` must be a {want.__name__} for {'SDE' if gt.is_sde else 'discrete'} "
-            f"edges (or None for BFFG), got {type(control).__name__}."
-        )
-    if isinstance(control, ResidualFlow) and control.dim != gt.x_root.shape[0]:
+    # SDE edges: an AbstractSDEControl (ControlNet); discrete: an AbstractKernelResidual
+    # (ResidualFlow); None is plain BFFG.
+    check_module(control, AbstractSDEControl if gt.is_sde else AbstractKernelResidual, "control")
+    if not gt.is_sde and control.dim != gt.x_root.shape[0]:
         raise ValueError(
             f"`control` acts in dim {control.dim}, but the states have dim {gt.x_root.shape[0]}."
         )
@@ -356,7 +444,9 @@ class GuidedSample(NamedTuple):
 
 
 def guided_sample(
-    key: PRNGKeyArray, gt: GuidedTree, control: ControlNet | ResidualFlow | None = None
+    key: PRNGKeyArray,
+    gt: GuidedTree,
+    control: AbstractSDEControl | AbstractKernelResidual | None = None,
 ) -> GuidedSample:
     r"""Sample every node root to leaves under the guided (and optionally controlled) process.
 
@@ -367,8 +457,8 @@ def guided_sample(
     Args:
         key: PRNG key.
         gt: the `GuidedTree`.
-        control: optional residual: `ControlNet` (SDE edges) or `ResidualFlow` (discrete
-            edges); ``None`` is BFFG.
+        control: optional residual: an `AbstractSDEControl` (SDE edges, e.g. `ControlNet`) or an
+            `AbstractKernelResidual` (discrete edges, e.g. `ResidualFlow`); ``None`` is BFFG.
 
     Returns:
         `GuidedSample`.
@@ -399,7 +489,7 @@ def path_loss(
     key: PRNGKeyArray,
     gt: GuidedTree,
     leaf_rows: Int[Array, " B"],
-    control: ControlNet | ResidualFlow | None = None,
+    control: AbstractSDEControl | AbstractKernelResidual | None = None,
 ) -> Float[Array, ""]:
     r"""Unbiased path-subsampled estimate of the full-tree training loss ``sum_v l_v``.
 
@@ -464,7 +554,7 @@ def importance_sample(
     key: PRNGKeyArray,
     gt: GuidedTree,
     num_samples: int,
-    control: ControlNet | ResidualFlow | None = None,
+    control: AbstractSDEControl | AbstractKernelResidual | None = None,
     *,
     mesh: Mesh | None = None,
 ) -> ImportanceSample:
@@ -527,7 +617,7 @@ def proxy_posterior_mean(gt: GuidedTree) -> Float[Array, "N dim"]:
 
 
 def sde_proxy_from_anchors(
-    topo: TreeTopology, sde: TreeSDE, anchors: Float[Array, "N dim"]
+    topo: TreeTopology, sde: AbstractTreeSDE, anchors: Float[Array, "N dim"]
 ) -> LinearSDEs:
     r"""Driftless proxy ``b~ = 0``, ``a~`` interpolated between ``a(anchor_pa)`` and
     ``a(anchor_v)``.
@@ -553,7 +643,7 @@ def sde_proxy_from_anchors(
 def simulate_tree(
     key: PRNGKeyArray,
     topo: TreeTopology,
-    sde: TreeSDE,
+    sde: AbstractTreeSDE,
     x_root: Float[Array, " dim"],
     num_steps: int = 50,
 ) -> Float[Array, "N dim"]:

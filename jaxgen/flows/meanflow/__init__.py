@@ -15,6 +15,7 @@ from ._mean_flow import (
     splitmeanflow_loss as splitmeanflow_loss,
 )
 from ._smfsr import (
+    AbstractSRVelocityField as AbstractSRVelocityField,
     FeatureDiscriminator as FeatureDiscriminator,
     FrozenFeatures as FrozenFeatures,
     SRVelocityNet as SRVelocityNet,

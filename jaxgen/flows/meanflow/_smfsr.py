@@ -25,6 +25,7 @@ References:
     distillation); Sauer et al., LADD, arXiv 2403.12015 (frozen-feature discriminator).
 """
 
+import abc
 import math
 from collections.abc import Callable
 from typing import Any
@@ -38,6 +39,7 @@ import optax
 from jaxtyping import Array, Float, PRNGKeyArray, PyTree
 
 from ...core import solve_ode
+from ...core.checks import check_module
 from ...nn import sinusoidal_embedding
 from .._velocity import AbstractVelocityField
 from ._mean_flow import (
@@ -98,7 +100,25 @@ class _UNet(eqx.Module):
         return self.conv_out(self.features(emb, img)[-1])
 
 
-class SRVelocityNet(AbstractTimeEmbeddedVelocity):
+class AbstractSRVelocityField(AbstractTimeEmbeddedVelocity):
+    """A time-embedded super-resolution velocity field that also exposes its hidden features.
+
+    The teacher slot of SMFSR's GAN stage: `FrozenFeatures` reads the teacher's hidden
+    activations as the frozen discriminator backbone. Besides ``embed_time`` and
+    ``velocity_from_embedding`` (see `AbstractTimeEmbeddedVelocity`), subclasses give
+    ``features_from_embedding(emb, z, cond)``: a tuple of feature maps, each ``(channels,)`` or
+    ``(channels, h, w)``, for one flat image ``z`` (``(dim,)``) under the flat condition
+    ``cond``.
+    """
+
+    @abc.abstractmethod
+    def features_from_embedding(
+        self, emb: Float[Array, " emb"], z: Float[Array, " dim"], cond: Any
+    ) -> tuple[Array, ...]:
+        """Hidden feature maps of one sample given a time embedding."""
+
+
+class SRVelocityNet(AbstractSRVelocityField):
     r"""A super-resolution velocity field $f(t, z, c)$ on flat ``(H W C,)`` images.
 
     The time goes through a sinusoidal embedding of $1000 t$ and a two-layer SiLU MLP
@@ -228,19 +248,15 @@ class FrozenFeatures(eqx.Module):
     out of the trained pytree); gradients still flow to the input image.
     """
 
-    net: SRVelocityNet
+    net: AbstractSRVelocityField
     tau: float = eqx.field(static=True)
     flip: bool = eqx.field(static=True)
 
     def __init__(self, teacher: AbstractVelocityField, tau: float = 0.1):
-        """``teacher``: an `SRVelocityNet`, or ``NoiseAtOneVelocity(SRVelocityNet)``."""
+        """``teacher``: an `AbstractSRVelocityField`, or one wrapped in `NoiseAtOneVelocity`."""
         flip = isinstance(teacher, NoiseAtOneVelocity)
         net = teacher.field if flip else teacher
-        if not isinstance(net, SRVelocityNet):
-            raise TypeError(
-                "`teacher` must be an SRVelocityNet or NoiseAtOneVelocity(SRVelocityNet), got "
-                f"{type(teacher).__name__}."
-            )
+        check_module(net, AbstractSRVelocityField, "teacher")
         if not 0.0 <= tau < 1.0:
             raise ValueError(f"`tau` must lie in [0, 1), got {tau}.")
         self.net, self.tau, self.flip = net, float(tau), flip

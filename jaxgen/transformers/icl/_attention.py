@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Bool, Float, PRNGKeyArray
 
+from ...core.checks import check_module
 from ...nn import RMSNorm, TransformerBlock
 from ._tasks import ICLBatch
 
@@ -427,11 +428,15 @@ class SoftmaxICL(_FourierTokenICL):
         return Z
 
 
-def icl_loss(model: eqx.Module, batch: ICLBatch, key: PRNGKeyArray | None = None) -> Array:
+def icl_loss(
+    model: AbstractICLRegressor, batch: ICLBatch, key: PRNGKeyArray | None = None
+) -> Array:
     """Pretraining loss: mean over tasks and queries of ``(model(x, y, xq, mask) - yq)^2``.
 
+    ``model`` is any `AbstractICLRegressor` (the built-in networks or your own subclass).
     ``batch`` is an `ICLBatch` (from `task_batch`); the labels ``yq`` are noisy, so the optimum
     is the Bayes risk plus ``sigma^2``. Signature ``(model, batch, key)`` for `jaxgen.core.fit`.
     """
+    check_module(model, AbstractICLRegressor, "model")
     pred = jax.vmap(model)(batch.x, batch.y, batch.xq, batch.mask)
     return jnp.mean((pred - batch.yq) ** 2)

@@ -18,25 +18,23 @@ import jax.random as jr
 import jax.tree_util as jtu
 from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
 
-from ...nn import MLPMixer, SwiGLUMixer, Transformer
+from ...nn import AbstractAdaptableMixer, AbstractCausalLM, Transformer
 from ._experts import MoLoRALinear, QESConfig, TokenRouter, shutdown_mask
-
-_MIXER_MAPS = {SwiGLUMixer: ("w_gate", "w_value", "w_out"), MLPMixer: ("w_in", "w_out")}
 
 
 def _adapted_maps(block) -> dict[str, Array]:
     """The weights the hook adapts in one block, by hook name (``"attn.w_qkv"``, ...)."""
-    names = _MIXER_MAPS.get(type(block.mixer))
-    if names is None:
+    if not isinstance(block.mixer, AbstractAdaptableMixer):
         raise TypeError(
-            f"QES adapters need an 'mlp' or 'swiglu' mixer, got {type(block.mixer).__name__}."
+            "QES adapters need an AbstractAdaptableMixer in every block (the 'mlp' or 'swiglu' "
+            f"mixer, or your own subclass), got {type(block.mixer).__name__}."
         )
     maps = {"attn.w_qkv": block.attn.w_qkv}
-    maps.update({f"mixer.{n}": getattr(block.mixer, n) for n in names})
+    maps.update({f"mixer.{n}": w for n, w in block.mixer.adapted_weights().items()})
     return maps
 
 
-class QESTransformer(eqx.Module):
+class QESTransformer(AbstractCausalLM):
     """A frozen causal `Transformer` with routed LoRA experts (see `attach_qes`, `attach_lora`).
 
     Attributes:
@@ -59,7 +57,7 @@ class QESTransformer(eqx.Module):
         """Number of experts ``E``."""
         return self.mask.shape[0]
 
-    # The LM helpers (`token_nll`, `evaluate_lm`, `sample_lm`) read these like a Transformer's.
+    # The `AbstractCausalLM` attributes, read from the base.
     @property
     def causal(self) -> bool:
         """Always a causal LM."""
@@ -91,28 +89,21 @@ class QESTransformer(eqx.Module):
         h, gates = self.hidden(tokens, keep)
         return self.base.logits(jax.vmap(self.base.final_norm)(h)), gates
 
+    def features(self, tokens: Int[Array, " L"]) -> tuple[Float[Array, "L dim"], Float[Array, ""]]:
+        """Final normalised hidden states (deployment mask) and a zero auxiliary loss."""
+        h, _ = self.hidden(tokens)
+        return jax.vmap(self.base.final_norm)(h), jnp.zeros((), h.dtype)
+
+    def logits(self, features: Float[Array, "L dim"]) -> Float[Array, "L V"]:
+        """The base model's output head."""
+        return self.base.logits(features)
+
     def hidden(
         self, tokens: Int[Array, " L"], keep: Float[Array, ""] | float = 1.0
     ) -> tuple[Float[Array, "L dim"], Float[Array, "layers L E"]]:
         """Residual stream after the last block (before the final norm) and the gates."""
         base = self.base
-        if tokens.ndim != 1 or not jnp.issubdtype(tokens.dtype, jnp.integer):
-            raise ValueError(
-                f"`tokens` must be one integer sequence (L,), got {tokens.dtype}{tokens.shape}; "
-                "vmap over the batch."
-            )
-        if tokens.shape[0] > base.max_len:
-            raise ValueError(
-                f"sequence length {tokens.shape[0]} exceeds the model's max_len {base.max_len}."
-            )
-        tokens = eqx.error_if(
-            tokens,
-            jnp.any((tokens < 0) | (tokens >= base.vocab_size)),
-            "`tokens`: ids outside [0, vocab_size).",
-        )
-        h = base.embedding[tokens]
-        if base.position_embedding is not None:
-            h = h + base.position_embedding[: tokens.shape[0]]
+        h = base.embed(tokens)  # the base model's input checks and embeddings
         all_gates = [jnp.zeros((0, h.shape[0], self.num_experts), h.dtype)]
         for i, block in enumerate(base.blocks):
             if self.routers is None:
@@ -137,6 +128,8 @@ class QESTransformer(eqx.Module):
 
 
 def _check_base(model: Transformer) -> None:
+    # QES adapts the base's blocks in place, so it needs `Transformer`'s block structure (with
+    # any `AbstractAdaptableMixer`), not just the `AbstractCausalLM` contract.
     if not isinstance(model, Transformer):
         raise TypeError(f"`model` must be a jaxgen.nn.Transformer, got {type(model).__name__}.")
     if not model.causal or model.time_embedding is not None:

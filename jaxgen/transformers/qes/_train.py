@@ -22,7 +22,8 @@ import optax
 from jaxtyping import Array, Float, PRNGKeyArray, PyTree
 
 from ...core import FitResult, fit, minibatches
-from ...nn import SwiGLUMixer, Transformer, adapted_linear
+from ...core.checks import check_module
+from ...nn import AbstractCausalLM, SwiGLUMixer, Transformer, adapted_linear
 from .._lm import lm_loss, lm_optimizer
 from ._data import VOCAB
 from ._eval import PROMPT_LEN, clean_accuracy, greedy_decode, lm_tokens
@@ -487,7 +488,7 @@ def fine_prune(
 
 
 def full_finetune(
-    model: Transformer,
+    model: AbstractCausalLM,
     batches,
     *,
     num_steps: int,
@@ -495,9 +496,11 @@ def full_finetune(
     learning_rate: float = 1e-3,
     progress: bool = False,
 ) -> FitResult:
-    """Baseline B0: fine-tune every weight of ``model`` on the weighted targets (`lm_loss`)."""
-    if not isinstance(model, Transformer):
-        raise TypeError(f"`model` must be a Transformer, got {type(model).__name__}.")
+    """Baseline B0: fine-tune every weight of ``model`` on the weighted targets (`lm_loss`).
+
+    ``model``: any causal `jaxgen.nn.AbstractCausalLM` (e.g. `jaxgen.nn.Transformer`).
+    """
+    check_module(model, AbstractCausalLM, "model")
     opt = _cached_full_optimizer(float(learning_rate), int(num_steps))
     return fit(_full_loss, model, batches, opt, num_steps=num_steps, key=key, progress=progress)
 
