@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 # Two pytest-xdist workers (the CI box has 2 cores); `make test PYTEST_PARALLEL=` runs serially.
 PYTEST_PARALLEL ?= -n 2
 
-.PHONY: test lint bench smoke venv install-test install-bench peers debian-data report clean
+.PHONY: test lint bench smoke venv install-test install-bench peers debian-data report clean notebooks
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -50,11 +50,20 @@ debian-data:
 test: install-test
 	$(PY) -m pytest -q $(PYTEST_PARALLEL) --durations=25 $(PYTEST_ARGS)
 
+# Re-execute the notebooks in place (stored with outputs and figures; tools/notebooks.py records a
+# hash of their code cells that the fast test checks). `make notebooks NOTEBOOKS=notebooks/flows`
+# runs some; NOTEBOOKS_ARGS=--stale only those whose code changed; NOTEBOOKS_JOBS kernels at a time.
+NOTEBOOKS ?=
+NOTEBOOKS_ARGS ?=
+NOTEBOOKS_JOBS ?= 2
+notebooks: install-test
+	$(PY) tools/notebooks.py --jobs $(NOTEBOOKS_JOBS) $(NOTEBOOKS_ARGS) $(NOTEBOOKS)
+
 # ruff lint and format check over the code (configuration in pyproject.toml); CI runs it first.
 lint: $(PY)
 	$(PIP) install -q 'ruff>=0.5'
-	$(VENV)/bin/ruff check jaxgen benchmarks tests
-	$(VENV)/bin/ruff format --check jaxgen benchmarks tests
+	$(VENV)/bin/ruff check jaxgen benchmarks tests tools
+	$(VENV)/bin/ruff format --check jaxgen benchmarks tests tools
 
 # A benchmark that cannot run is reported (and makes `make bench` exit non-zero), but never
 # stops the others or the report.
