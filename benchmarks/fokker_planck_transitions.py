@@ -2,8 +2,10 @@
 (exact/Euler/surrogate).
 
 Quick mode (CPU): one short Neural Galerkin training of the amortised CIR flow at Delta = 0.25,
-its KL to the exact ncx2 transition on held-out (x0, lam), and NUTS posteriors (exact, Euler,
-surrogate likelihoods) on one exact CIR path; the real Irates series with the exact likelihood.
+its KL to the exact ncx2 transition on held-out (x0, lam), NUTS posteriors (exact, Euler,
+surrogate likelihoods) on one exact CIR path and the surrogate corrected by delayed acceptance
+(the flow screens, the exact ncx2 likelihood decides); the real Irates series with the exact
+likelihood.
 Full mode (accelerator): the spec's CPU/GPU scale, the OU flow too, Euler on the real data too.
 paper_cpu (`--config paper_cpu`, ~30-40 min on 2 cores): the CIR part at the paper's scale (the
 --full flow, n_obs 800, 4 chains); its committed result is under benchmarks/reference/.
@@ -37,6 +39,8 @@ CONFIGS = {
         "warmup": 100,
         "samples": 150,
         "chains": 2,
+        "da_warmup": 200,
+        "da_samples": 600,
         "held_out": 32,
         "ou": False,
         "real_data": (),
@@ -53,6 +57,8 @@ CONFIGS = {
         "warmup": 1000,
         "samples": 2000,
         "chains": 4,
+        "da_warmup": 1000,
+        "da_samples": 4000,
         "held_out": 256,
         "ou": True,
         "real_data": ("exact", "euler"),
@@ -83,6 +89,8 @@ CONFIGS = {
         "warmup": 300,
         "samples": 500,
         "chains": 2,
+        "da_warmup": 300,
+        "da_samples": 1500,
         "held_out": 64,
         "ou": False,
         "real_data": (),
@@ -100,6 +108,8 @@ SMOKE = {
     "warmup": 5,
     "samples": 5,
     "chains": 2,
+    "da_warmup": 70,
+    "da_samples": 5,
     "held_out": 4,
     "heston": {"units": 2, "width": 4, "colloc": 16, "ng_steps": 3, "samples": 50},
 }
@@ -162,6 +172,63 @@ def _posterior(pde, logpost, init, key, cfg, rec, timed=True):
         out.update(grad_call_s=grad_call, time_per_ess_s=per_ess)
     return u.reshape(-1, u.shape[-1]), out
 
+
+def box_inverse_np(draws, lo, hi):
+    """(kappa, theta, nu) draws -> the unconstrained u of the posteriors (theta logged)."""
+    x = np.array(draws, dtype=np.float64)
+    x[:, 1] = np.log(x[:, 1])
+    q = (x - np.asarray(lo)) / (np.asarray(hi) - np.asarray(lo))
+    return np.log(q) - np.log1p(-q)
+
+
+# Delayed acceptance: leapfrog steps per surrogate HMC transition, surrogate transitions per
+# exact decision, exact evaluations for the error model (run_delayed_acceptance's).
+DA_LEAPFROG, DA_SURROGATE_STEPS, DA_ERROR_FIT = 5, 2, 32
+NOTE_CORRECTION = (
+    "Correction (issue 41): `pde.run_delayed_acceptance`, delayed-acceptance HMC (Christen "
+    "and Fox 2005). Per iteration, 2 HMC transitions (5 leapfrog steps) on the flow's "
+    "posterior plus a quadratic error model of exact - flow log-likelihood (fitted at 32 "
+    "exact evaluations spread over the surrogate-only warm-up; Cui, Fox and O'Sullivan 2011) "
+    "propose y; the exact ncx2 likelihood accepts with min(1, exp(w(y) - w(x))), w = exact - "
+    "screen, so the chain targets the exact posterior whatever the flow's error (detailed "
+    "balance, tested in tests/pde). Quick, seed 0 (figures in the metrics): uncorrected "
+    "surrogate mean dev kappa / theta / nu 0.59 / 1.31 / 0.06 exact sd (sd ratio 0.95 / 0.74 "
+    "/ 1.05); corrected 0.04 / 0.12 / 0.08 (sd ratio 0.94 / 0.97 / 0.93), exact-stage "
+    "acceptance 0.95-0.98, ESS ~800 of 1200 draws, R-hat 1.002; time per effective sample "
+    "0.02-0.09x the exact NUTS's in three runs on the loaded 2-core box (uncorrected "
+    "0.006-0.02x; the exact gradient's timing moves most with the load): an iteration costs "
+    "10 flow gradients and one "
+    "exact value, no exact gradient, where an exact NUTS draw costs ~9 exact gradients. "
+    "Importance reweighting of the 300 uncorrected NUTS draws instead (metric only): Kish "
+    "ESS ~110 and theta still ~0.5 sd off, because the flow's posterior under-covers theta "
+    "(sd ratio 0.74). Without the error model (error_model_degree=0, plain delayed "
+    "acceptance) a surrogate 1.3-1.5 sd off makes the exact stage accept only 0.15-0.4 and "
+    "the chain sticks where the surrogate under-weights the exact posterior (OU test "
+    "problem: ESS 4-230 of 1200): the error model is what makes the correction cheap. The "
+    "exact NUTS reference itself has ESS ~80 here (its mean is known to ~0.1 sd). Heston: no "
+    "exact transition density exists; the correcting likelihood would be a finer Neural "
+    "Galerkin solve (more steps and collocation points) or a sub-stepped Euler/Milstein "
+    "likelihood, and the chain is then exact for that likelihood only (its own error is not "
+    "corrected); no Heston posterior runs in this benchmark."
+)
+NOTE_HISTORY = (
+    "Why the uncorrected surrogate is biased (issue 26 ablation, seed 0, flow-learned = "
+    "|surrogate - exact| path log-likelihood at the truth per observation, 250 obs): "
+    "| flow | KL (nats) | flow-learned (nats/obs) | surrogate dev kappa / theta / nu (exact "
+    "sd) | "
+    "| width 8, 4 units, 32 NG steps | 0.017 | 0.028 | 0.52 / 2.88 / 0.99 | "
+    "| same, n_obs 600 | 0.017 | 0.031 | 0.45 / 4.11 / 1.41 | "
+    "| width 16, 8 units, 64 NG steps (quick) | 0.0049 | 0.011 | 0.59 / 1.31 / 0.06 | "
+    "| width 32, 1024 points, 96 NG steps (paper_cpu, n_obs 800) | 0.0045 | 0.009 | "
+    "0.35 / 2.15 / 0.87 |. "
+    "A per-transition error of ~0.01 nats adds up over n_obs transitions: the theta "
+    "deviation grows with n_obs and falls with flow accuracy, which levels off near KL 0.004 "
+    "at CPU scale, so no affordable flow makes the surrogate posterior right by itself at "
+    "hundreds of observations; hence the correction. Euler: its kappa bias is a fixed shift "
+    "(target (1 - exp(-kappa Delta)) / Delta = 1.57 vs kappa = 2) while the exact posterior "
+    "sd shrinks like n_obs^(-1/2): the 2-sd separation of spec check 9 needs n_obs >= ~400 "
+    "(600 gives 2.06; paper_cpu 800 gives 2.48; quick's 250 gives ~1.6, a scale limit)."
+)
 
 HESTON_X0 = (0.0, 0.04)
 HESTON_LAM = (0.05, 2.0, 0.06, 0.2449489742783178, -0.5)  # mu, kappa, theta, xi (nu = 4), rho
@@ -420,27 +487,95 @@ def _run(config, key, rec):
             f"posterior_{name}",
             {"mean": draws.mean(0).tolist(), "sd": draws.std(0).tolist(), **stats[name]},
         )
+    # ---- 3b. Correct the surrogate: delayed acceptance (the flow screens, ncx2 decides) -------
+    lp_sur, lp_ex = make_logpost(liks["surrogate"]), make_logpost(liks["exact"])
+    t0 = time.perf_counter()
+    da = pde.run_delayed_acceptance(
+        jr.fold_in(k_nuts, 10),
+        lp_sur,
+        lp_ex,
+        init,
+        num_warmup=cfg["da_warmup"],
+        num_samples=cfg["da_samples"],
+        num_chains=cfg["chains"],
+        num_integration_steps=DA_LEAPFROG,
+        num_surrogate_steps=DA_SURROGATE_STEPS,
+        num_error_fit=DA_ERROR_FIT,
+    )
+    jax.block_until_ready(da.samples)
+    da_wall = time.perf_counter() - t0
+    u = np.asarray(da.samples)
+    draws = np.array(jax.vmap(lambda u: pde.box_transform(u, plo, phi)[0])(u.reshape(-1, 3)))
+    draws[:, 1] = np.exp(draws[:, 1])
+    post["corrected"] = draws
+    # Cost model of section 3 (compile and warm-up excluded for every sampler): surrogate
+    # value_and_grad calls plus exact value calls (the error-model fit included).
+    ev_call = rec.time(jax.jit(lp_ex), init)["median_s"]
+    n_sur = DA_LEAPFROG * DA_SURROGATE_STEPS * cfg["da_samples"] * cfg["chains"]
+    n_ex = (cfg["da_samples"] + DA_ERROR_FIT) * cfg["chains"]
+    da_ess = float(jnp.min(da.ess))
+    da_cost = stats["surrogate"]["grad_call_s"] * n_sur + ev_call * n_ex
+    stats["corrected"] = {
+        "wall_s_incl_compile": da_wall,
+        "rhat_max": float(jnp.max(da.rhat)),
+        "ess_min": da_ess,
+        "exact_stage_acceptance": np.asarray(da.acceptance).tolist(),
+        "surrogate_hmc_acceptance": np.asarray(da.surrogate_acceptance).tolist(),
+        "error_model_rmse_nats": np.asarray(da.error_fit_rmse).tolist(),
+        "surrogate_grads": n_sur,
+        "exact_value_calls": n_ex,
+        "exact_value_call_s": ev_call,
+        "time_per_ess_s": da_cost / da_ess if da_ess > 0 else float("inf"),
+    }
+    rec.metric(
+        "posterior_corrected",
+        {"mean": draws.mean(0).tolist(), "sd": draws.std(0).tolist(), **stats["corrected"]},
+    )
+    # Importance reweighting of the uncorrected surrogate draws (the other correction; a
+    # metric only): self-normalised weights exp(l - l~) and their Kish effective sample size.
+    u_sur = jnp.asarray(box_inverse_np(post["surrogate"], plo, phi))
+    logw = np.asarray(jax.jit(jax.vmap(lambda u: lp_ex(u) - lp_sur(u)))(u_sur))
+    wts = np.exp(logw - logw.max())
+    wts /= wts.sum()
+    is_mean = wts @ post["surrogate"]
+    is_sd = np.sqrt(wts @ (post["surrogate"] - is_mean) ** 2)
     sd_exact = post["exact"].std(0)
-    dev = np.abs(post["surrogate"].mean(0) - post["exact"].mean(0)) / sd_exact
+    rec.metric(
+        "importance_reweighted_surrogate",
+        {
+            "mean_dev_in_exact_sd": (np.abs(is_mean - post["exact"].mean(0)) / sd_exact).tolist(),
+            "sd_ratio": (is_sd / sd_exact).tolist(),
+            "kish_ess": float(1.0 / np.sum(wts**2)),
+            "draws": int(wts.size),
+        },
+    )
+
+    dev_unc = np.abs(post["surrogate"].mean(0) - post["exact"].mean(0)) / sd_exact
+    dev = np.abs(post["corrected"].mean(0) - post["exact"].mean(0)) / sd_exact
     dev_euler = (post["euler"].mean(0) - post["exact"].mean(0)) / sd_exact
-    rec.metric("surrogate_mean_dev_in_exact_sd", dev.tolist())
+    rec.metric("surrogate_mean_dev_in_exact_sd", dev_unc.tolist())
     rec.metric("surrogate_sd_ratio", (post["surrogate"].std(0) / sd_exact).tolist())
+    rec.metric("corrected_mean_dev_in_exact_sd", dev.tolist())
+    rec.metric("corrected_sd_ratio", (post["corrected"].std(0) / sd_exact).tolist())
     rec.metric("euler_mean_dev_in_exact_sd", dev_euler.tolist())
     rec.metric("euler_kappa_target_pred", (1 - math.exp(-TRUTH[0] * DELTA)) / DELTA)
     rec.claim(
         "surrogate_posterior_mean",
-        "CIR surrogate posterior mean of kappa within 0.5 "
-        "exact-posterior sd of the exact-likelihood posterior mean",
+        "CIR surrogate posterior, corrected by delayed acceptance (flow screens, exact ncx2 "
+        "decides): mean of kappa within 0.5 exact-posterior sd of the exact-likelihood "
+        "posterior mean",
         float(dev[0]),
         "<=",
         0.5,
+        uncorrected=float(dev_unc[0]),
     )
     rec.claim(
         "surrogate_posterior_all",
-        "all of (kappa, theta, nu) surrogate posterior means within 0.5 exact sd",
+        "all of (kappa, theta, nu) corrected-surrogate posterior means within 0.5 exact sd",
         float(dev.max()),
         "<=",
         0.5,
+        uncorrected=float(dev_unc.max()),
     )
     rec.claim(
         "euler_kappa_bias",
@@ -450,48 +585,32 @@ def _run(config, key, rec):
         ">=",
         2.0,
     )
-    ratio = stats["surrogate"]["time_per_ess_s"] / stats["exact"]["time_per_ess_s"]
-    rec.metric("time_per_ess_ratio_surrogate_over_exact", ratio)
-    rec.note(
-        "Root cause of surrogate_posterior_all and euler_kappa_bias (issue 26): scale, two "
-        "different ones; no bug. Ablation (seed 0, one change at a time; flow-learned = "
-        "|surrogate - exact| path log-likelihood at the truth per observation, 250 obs): "
-        "| run | flow KL (nats) | flow-learned (nats/obs) | surrogate dev kappa / theta / nu "
-        "(exact sd) | Euler kappa dev (exact sd) | "
-        "| old quick (width 8, 4 units, 32 NG steps, n_obs 250) | 0.017 | 0.028 | "
-        "0.52 / 2.88 / 0.99 | -1.58 | "
-        "| old quick, n_obs 600 | 0.017 | 0.031 | 0.45 / 4.11 / 1.41 | -2.06 | "
-        "| quick now (width 16, 8 units, 64 NG steps) | 0.0049 | 0.011 | 0.59 / 1.31 / 0.06 | "
-        "-1.58 | "
-        "| width 32, 8 units, 1024 points, 96 NG steps (flow only, no NUTS) | 0.0041 | 0.012 "
-        "(0.009 at 800 obs) | - | - |. "
-        "The old quick flow failed ng_flow_learned (0.028 > 0.02): a recipe-free scale fix, the "
-        "wider flow and twice the NG steps, makes it hold. "
-        "Euler: its kappa bias is a fixed shift (the Euler target (1 - exp(-kappa Delta)) / "
-        "Delta = 1.57 vs kappa = 2) while the exact posterior sd shrinks like n_obs^(-1/2), so "
-        "the 2-sd separation of spec check 9 needs n_obs of about 400 or more (600 gives 2.06; "
-        "paper_cpu uses 800, --full 1000). Surrogate: a per-transition error of ~0.01 nats adds "
-        "up over n_obs transitions; the theta deviation grows with n_obs (2.9 -> 4.1 sd) and "
-        "falls with flow accuracy (2.9 -> 1.3 sd from KL 0.017 to 0.005), so matching the "
-        "exact posterior to 0.5 sd needs a flow whose error times n_obs is well below one nat; "
-        "the flow's accuracy saturates near KL 0.004 at CPU scale (width 32 gains little over "
-        "16). Reference run `--config paper_cpu` (benchmarks/reference/, seed 0, 1036 s on "
-        "the shared 2 cores; width 32, 8 units, 1024 points, 96 NG steps, n_obs 800, 2 chains "
-        "x 500 draws): KL 0.0045, flow-learned 0.009 nats/obs (7.2 nats over the path), Euler "
-        "kappa bias 2.48 exact sd (spec check 9 holds at that n_obs), surrogate dev kappa / "
-        "theta / nu 0.35 / 2.15 / 0.87 sd: the kappa claim holds there, the all-parameter one "
-        "does not (the surrogate's theta is biased low, 0.0536 vs 0.0581)."
+    t_ex = stats["exact"]["time_per_ess_s"]
+    ratio = stats["corrected"]["time_per_ess_s"] / t_ex
+    ratio_unc = stats["surrogate"]["time_per_ess_s"] / t_ex
+    rec.metric(
+        "time_per_ess_s",
+        {k: stats[k]["time_per_ess_s"] for k in liks}
+        | {"corrected": stats["corrected"]["time_per_ess_s"]},
     )
+    rec.metric("time_per_ess_ratio_corrected_over_exact", ratio)
+    rec.metric("time_per_ess_ratio_surrogate_over_exact", ratio_unc)
     rec.claim(
         "surrogate_time_per_ess",
-        "surrogate MCMC time per effective sample <= 2x the exact ncx2 likelihood's",
+        "corrected-surrogate MCMC time per effective sample <= 2x the exact ncx2 NUTS's",
         ratio,
         "<=",
         2.0,
+        uncorrected=ratio_unc,
     )
+    rec.note(NOTE_CORRECTION)
+    rec.note(NOTE_HISTORY)
     rec.note(
-        "Time per effective sample = median value_and_grad time x mean leapfrog steps x "
-        "draws / min ESS (compile excluded). The Euler pseudo-likelihood with "
+        "Time per effective sample = cost / min ESS over (kappa, theta, nu), compile and "
+        "warm-up excluded for every sampler; NUTS cost = median value_and_grad time x mean "
+        "leapfrog steps x draws; delayed acceptance cost = surrogate value_and_grad time x "
+        "its gradients + exact value time x its exact calls (the error-model fit included). "
+        "The Euler pseudo-likelihood with "
         "sub-stepping (simulated likelihood) baseline is not implemented: no claim made."
     )
 

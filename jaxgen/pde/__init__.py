@@ -19,9 +19,13 @@ from ._galerkin import (
     spacetime_train as spacetime_train,
 )
 from ._inference import (
+    DelayedAcceptanceResult as DelayedAcceptanceResult,
+    DelayedAcceptanceRun as DelayedAcceptanceRun,
     NutsResult as NutsResult,
     box_inverse as box_inverse,
     box_transform as box_transform,
+    delayed_acceptance_hmc as delayed_acceptance_hmc,
+    run_delayed_acceptance as run_delayed_acceptance,
     run_nuts as run_nuts,
 )
 from ._likelihood import (
