@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 
+from jaxgen.core.checks import check_labels
 from jaxgen.core.types import Array, Bool, Float, Int, PRNGKeyArray
 
 from ._sample import GraphonFn
@@ -80,14 +81,25 @@ def adjusted_rand_index(
 
     $\mathrm{ARI} = (\sum_{ij}\binom{n_{ij}}2 - E)/(\frac12(\sum_i\binom{a_i}2 + \sum_j\binom{b_j}2)
     - E)$ with $E = \sum_i\binom{a_i}2\sum_j\binom{b_j}2/\binom n2$. Labels are integers in
-    $[0, n)$. Two trivial partitions (both one block, or both singletons) give 1.
+    $[0, n)$ (checked: a label outside would be dropped from the contingency table). Two trivial
+    partitions (both one block, or both singletons) give 1.
+
+    Raises:
+        ValueError: for shapes other than two equal ``(n,)``, ``n >= 2``, or (as a value check)
+            a label outside ``[0, n)``.
+        TypeError: for non-integer labels.
     """
+    labels_true, labels_pred = jnp.asarray(labels_true), jnp.asarray(labels_pred)
     if labels_true.shape != labels_pred.shape or labels_true.ndim != 1:
         raise ValueError(
             f"`labels_true` and `labels_pred` must be (n,) of equal shape, got "
             f"{labels_true.shape} and {labels_pred.shape}."
         )
     n = labels_true.shape[0]
+    if n < 2:
+        raise ValueError(f"`labels_true` must have n >= 2 items, got {n}.")
+    labels_true = check_labels(labels_true, "labels_true", n)
+    labels_pred = check_labels(labels_pred, "labels_pred", n)
     dtype = jnp.result_type(float)
     C = jax.nn.one_hot(labels_true, n, dtype=dtype).T @ jax.nn.one_hot(labels_pred, n, dtype=dtype)
 

@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxgen.core import RESULTS, iterate
+from jaxgen.core.checks import check_finite, check_nonnegative
 from jaxgen.core.types import Array, Bool, Float, Int
 
 
@@ -268,11 +269,17 @@ def solve_srgw_coupling(
     Returns:
         `SrgwOutput`.
 
+    Raises:
+        ValueError: for mismatched shapes; as value checks, for a non-finite ``A`` or ``W`` or
+            a ``T0`` with a negative or non-finite entry (not a coupling).
+
     References:
         Vincent-Cuaz et al., ICLR 2022, Algorithm 1.
     """
     _check_pair(A, T0, W)
     _check_solver_args(max_steps, tol)
+    A, W = check_finite(A, "A"), check_finite(W, "W")
+    T0 = check_nonnegative(T0, "T0")
     state, num_steps, result = _solve_coupling(
         A, W, T0, max_steps=max_steps, tol=tol, symmetric=symmetric, throw=throw
     )
@@ -361,6 +368,7 @@ def srgw_barycenter(
     K = T0.shape[1] if T0.ndim == 2 else -1
     if W0 is None:
         _check_pair(A, T0)
+        A, T0 = check_finite(A, "A"), check_nonnegative(T0, "T0")
         W0 = w_step(A, T0, jnp.zeros((K, K), dtype=A.dtype))
     _check_pair(A, T0, W0)
     _check_solver_args(max_steps, tol)
