@@ -19,7 +19,8 @@ from .checks import check_finite, check_key
 
 def _check_y0(y0: PyTree[Array]) -> PyTree[Array]:
     """Every floating leaf of ``y0`` finite: a NaN start would otherwise surface as a solver
-    failure ("maximum number of solver steps") that points away from the cause."""
+    failure ("maximum number of solver steps") that points away from the cause.
+    """
     return jax.tree.map(lambda leaf: check_finite(leaf, "y0"), y0)
 
 

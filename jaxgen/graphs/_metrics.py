@@ -11,7 +11,13 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 
-from jaxgen.core.checks import check_labels
+from jaxgen.core.checks import (
+    check_finite,
+    check_in_interval,
+    check_labels,
+    check_positive_int,
+    check_probabilities,
+)
 from jaxgen.core.types import Array, Bool, Float, Int, PRNGKeyArray
 
 from ._sample import GraphonFn
@@ -58,6 +64,9 @@ def graphon_l2_sorted(
             f"`block_matrix` (K, K) and `block_proportions` (K,) expected, got "
             f"{block_matrix.shape} and {block_proportions.shape}."
         )
+    check_positive_int(r, "r")
+    block_matrix = check_finite(block_matrix, "block_matrix")
+    block_proportions = check_probabilities(block_proportions, "block_proportions")
     dtype = block_matrix.dtype
     x = (jnp.arange(r, dtype=dtype) + 0.5) / r
     G = graphon_fn(x[:, None], x[None, :])
@@ -146,6 +155,8 @@ def hold_out_pairs(
         symmetric mask of held-out pairs.
     """
     _square("A", A)
+    A = check_finite(A, "A")
+    frac = check_in_interval(frac, "frac", 0.0, 1.0)
     n = A.shape[0]
     upper = jnp.triu(jr.uniform(key, (n, n)) < frac, k=1)
     mask = upper | upper.T

@@ -90,9 +90,15 @@ def lmo_rows(G: Float[Array, "n K"], h: Float[Array, " n"]) -> Float[Array, "n K
     r"""Linear minimisation oracle over $\{S \ge 0, S 1 = h\}$: $S_i = h_i e_{k^*(i)}$.
 
     $k^*(i) = \arg\min_k G_{ik}$, ties broken by the lowest index (POT splits tied mass evenly).
+    ``G`` must be finite (a NaN would be ignored by the argmin) and ``h`` non-negative (value
+    checks; the solvers call the unchecked core inside their loops).
     """
     if G.ndim != 2 or h.shape != (G.shape[0],):
         raise ValueError(f"`G` (n, K) and `h` (n,) expected, got {G.shape} and {h.shape}.")
+    return _lmo_rows(check_finite(G, "G"), check_nonnegative(h, "h"))
+
+
+def _lmo_rows(G: Array, h: Array) -> Array:
     return jax.nn.one_hot(jnp.argmin(G, axis=1), G.shape[1], dtype=G.dtype) * h[:, None]
 
 
@@ -182,14 +188,14 @@ def _cg_state(A: Array, T: Array, W: Array, h: Array, symmetric: bool) -> _CGSta
     q = jnp.sum(T, axis=0)
     F = h @ (A * A) @ h + q @ (W * W) @ q - 2.0 * jnp.sum((AT @ W.T) * T)
     G = _grad_parts(AT, AtT, T, W)
-    S = lmo_rows(G, h)
+    S = _lmo_rows(G, h)
     gap = jnp.sum(G * (T - S))
     return _CGState(T, AT, AtT, F, _big(F), G, gap)
 
 
 def _cg_step(state: _CGState, A: Array, W: Array, h: Array, symmetric: bool) -> _CGState:
     T, AT, AtT, F, _, G, _ = state
-    S = lmo_rows(G, h)
+    S = _lmo_rows(G, h)
     D = S - T
     AD = A @ D
     AtD = AD if symmetric else A.T @ D
@@ -204,7 +210,7 @@ def _cg_step(state: _CGState, A: Array, W: Array, h: Array, symmetric: bool) -> 
     AtT = AT if symmetric else AtT + gamma * AtD
     F_new = F + b * gamma + a * gamma**2
     G = _grad_parts(AT, AtT, T, W)
-    gap = jnp.sum(G * (T - lmo_rows(G, h)))
+    gap = jnp.sum(G * (T - _lmo_rows(G, h)))
     return _CGState(T, AT, AtT, F_new, F, G, gap)
 
 
@@ -293,9 +299,15 @@ def w_step(
 
     $\partial F/\partial W_{kl} = 2 W_{kl} q_k q_l - 2 (T^\top A T)_{kl}$ vanishes there. Entries of
     empty columns ($q_k q_l = 0$) keep their ``W_prev`` value (no division by zero inside `jit`).
-    When $A \in [0, 1]^{n\times n}$, so is $W$.
+    When $A \in [0, 1]^{n\times n}$, so is $W$. ``A`` and ``W_prev`` must be finite and ``T``
+    non-negative (value checks; the barycenter loop calls the unchecked core).
     """
     _check_pair(A, T, W_prev)
+    A, W_prev = check_finite(A, "A"), check_finite(W_prev, "W_prev")
+    return _w_step(A, check_nonnegative(T, "T"), W_prev)
+
+
+def _w_step(A: Array, T: Array, W_prev: Array) -> Array:
     q = jnp.sum(T, axis=0)
     qq = q[:, None] * q[None, :]
     ok = qq > 0
@@ -379,7 +391,7 @@ def srgw_barycenter(
         cg, n_in, _ = _solve_coupling(
             A, s.W, s.T, max_steps=max_inner_steps, tol=itol, symmetric=symmetric, throw=False
         )
-        W = w_step(A, cg.T, s.W)
+        W = _w_step(A, cg.T, s.W)
         F = srgw_objective(A, cg.T, W)
         return _BCState(cg.T, W, F, s.F, jnp.sqrt(jnp.sum((W - s.W) ** 2)), s.inner + n_in)
 
@@ -400,7 +412,7 @@ def round_argmax(T: Float[Array, "n K"]) -> Int[Array, " n"]:
     r"""Deterministic labels $z_i = \arg\max_k T_{ik}$ (the authors' rounding)."""
     if T.ndim != 2:
         raise ValueError(f"`T` must be (n, K), got shape {T.shape}.")
-    return jnp.argmax(T, axis=1)
+    return jnp.argmax(check_nonnegative(T, "T"), axis=1)
 
 
 def round_greedy(
@@ -419,6 +431,7 @@ def round_greedy(
         Labels (n,).
     """
     _check_pair(A, T, W)
+    A, W, T = check_finite(A, "A"), check_finite(W, "W"), check_nonnegative(T, "T")
     h = jnp.sum(T, axis=1)
     W2 = W * W
 
