@@ -201,8 +201,15 @@ def _is_key(v: Any) -> bool:
     return isinstance(v, jax.Array) and jnp.issubdtype(v.dtype, jax.dtypes.prng_key)
 
 
-def bad_cases(fn: Callable, args: dict[str, Any]) -> list[Case]:
-    """The bad inputs that the valid ``args`` (and the int/float defaults of ``fn``) admit."""
+# Kinds left out of the fast suite (each repeats a check of a kept kind, or recompiles).
+SLOW_ONLY_KINDS = {"inf", "negative_int", "above_one"}
+
+
+def bad_cases(fn: Callable, args: dict[str, Any], *, fast: bool = False) -> list[Case]:
+    """The bad inputs that the valid ``args`` (and the int/float defaults of ``fn``) admit.
+
+    With ``fast``, the kinds of `SLOW_ONLY_KINDS` are left out.
+    """
     cases = []
     for name, v in args.items():
         if _is_key(v):
@@ -244,7 +251,7 @@ def bad_cases(fn: Callable, args: dict[str, Any]) -> list[Case]:
                 Case(param.name, "negative_scalar", -1.0),
                 Case(param.name, "above_one", 1.5),
             ]
-    return cases
+    return [c for c in cases if not (fast and c.kind in SLOW_ONLY_KINDS)]
 
 
 def _leaves(out: Any) -> list[jax.Array]:
@@ -647,7 +654,8 @@ def test_bad_inputs_raise_or_return_finite(qualname):
         pytest.fail(f"{qualname}: no valid arguments ({e}); add a factory or an exemption")
     failures = []
     gaps = KNOWN_GAPS.get(qualname, {})
-    for case in bad_cases(obj, args):
+    fast = qualname.split(".")[0] in FAST_FAMILIES
+    for case in bad_cases(obj, args, fast=fast):
         verdict = run_case(fn, args, case)
         STATS["cases"] += 1
         if verdict in ("raised", "finite", "propagated"):
@@ -667,7 +675,8 @@ def test_zz_case_count(capsys):
             f"\nbad-input registry: {len(ALL_NAMES)} public names, {len(COVERED)} covered, "
             f"{len(ALL_NAMES) - len(COVERED)} exempt; ran {STATS}"
         )
-    if STATS["entries"] == len(COVERED):
+    fast_covered = [q for q in COVERED if q.split(".")[0] in FAST_FAMILIES]
+    if STATS["entries"] >= len(fast_covered):  # not when a -k selection ran a few entries
         assert STATS["cases"] >= MIN_CASES
 
 
@@ -688,7 +697,7 @@ def test_adjusted_rand_index_refuses_labels_outside_range():
 
     true, pred = jnp.array([0, 0, 1, 1]), jnp.array([0, 5, 1, 7])
     _raises_both_ways(adjusted_rand_index, true, pred, match=r"`labels_pred` must be integer")
-    with pytest.raises(TypeError, match="`labels_true`"):
+    with pytest.raises(TypeError, match="labels_true"):  # ours or jaxtyping's message
         adjusted_rand_index(jnp.array([0.0, 0.0, 1.0, 1.0]), pred)
     # In range it still computes the index: ARI of a relabelled partition is 1.
     assert float(adjusted_rand_index(true, jnp.array([1, 1, 0, 0]))) == pytest.approx(1.0)
@@ -698,7 +707,8 @@ def test_mmd_unbiased_refuses_integer_samples_and_keeps_its_bandwidths():
     from jaxgen.metrics import mmd_unbiased
 
     x = jnp.arange(10).reshape(5, 2)
-    with pytest.raises(TypeError, match=r"`x` must be a floating-point array, got dtype int"):
+    # Ours ("`x` must be a floating-point array") or, under the test suite's jaxtyping hook, its.
+    with pytest.raises(TypeError, match=r"`x` must be a floating-point array|parameter 'x'"):
         mmd_unbiased(x, x + 1)
     # Float samples with integer-valued entries: the 0.5 bandwidth is not truncated to 0.
     xf = x.astype(jnp.float32)
@@ -726,9 +736,10 @@ def test_gaussian_straight_process_and_gaussian_w2_refuse_indefinite_covariances
     from jaxgen.metrics import gaussian_w2
 
     m, eye, indefinite = jnp.zeros(2), jnp.eye(2), jnp.diag(jnp.array([1.0, -1.0]))
-    with pytest.raises(ValueError, match="`cov1` must be positive semi-definite"):
+    # The constructor compiles its checks with its factorisations: a run-time error.
+    with pytest.raises(eqx.EquinoxRuntimeError, match="`cov1` must be positive semi-definite"):
         GaussianStraightProcess(m, eye, m, indefinite)
-    with pytest.raises(ValueError, match="`cov0` must be positive definite"):
+    with pytest.raises(eqx.EquinoxRuntimeError, match="`cov0` must be positive definite"):
         GaussianStraightProcess(m, indefinite, m, eye)
     _raises_both_ways(gaussian_w2, m, eye, m, indefinite, match="`cov_b` must be positive semi")
     _raises_both_ways(gaussian_w2, m, indefinite, m, eye, match="`cov_a` must be positive semi")

@@ -7,6 +7,7 @@ References:
     Hubert, Arabie. Comparing partitions. J. Classification 1985 (adjusted Rand index).
 """
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
@@ -126,18 +127,25 @@ def link_auc(
     scores: Float[Array, "n n"], A: Float[Array, "n n"], mask: Bool[Array, "n n"]
 ) -> Float[Array, ""]:
     r"""Area under the ROC curve of ``scores`` for predicting the edges of ``A`` on the pairs
-    ``mask`` (only $i < j$ is used). Ties count one half (Mann-Whitney).
+    ``mask`` (only $i < j$ is used). Ties count one half (Mann-Whitney). ``scores`` and ``A``
+    must be finite and the masked pairs must hold both classes (value checks).
     """
     _square("scores", scores)
     if A.shape != scores.shape or mask.shape != scores.shape:
         raise ValueError(
             f"`A` and `mask` must have shape {scores.shape}, got {A.shape} and {mask.shape}."
         )
+    scores, A = check_finite(scores, "scores"), check_finite(A, "A")
     n = scores.shape[0]
     upper = mask & jnp.triu(jnp.ones((n, n), dtype=bool), k=1)
     s = scores.ravel()
     pos = (upper & (A > 0)).ravel()
     neg = (upper & (A <= 0)).ravel()
+    s = eqx.error_if(
+        s,
+        ~(jnp.any(pos) & jnp.any(neg)),
+        "`A` must hold both an edge and a non-edge among the pairs of `mask` (else no AUC).",
+    )
     neg_sorted = jnp.sort(jnp.where(neg, s, jnp.inf))
     below = jnp.searchsorted(neg_sorted, s, side="left")
     at_or_below = jnp.searchsorted(neg_sorted, s, side="right")
