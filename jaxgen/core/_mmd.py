@@ -12,6 +12,8 @@ bandwidths of H U-statistics is the U-statistic of the summed Gram divided by H.
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from .checks import check_floating, check_positive
+
 KERNELS = ("gaussian", "laplace")
 
 
@@ -47,7 +49,14 @@ def kernel_gram(
         The (n, m) Gram matrix, summed (not averaged) over the H bandwidths.
     """
     check_kernel(kernel)
-    h = jnp.asarray(bandwidths, dtype=x.dtype)
+    x, y = check_floating(x, "x"), check_floating(y, "y")
+    if x.ndim != 2 or y.ndim != 2 or x.shape[1] != y.shape[1]:
+        raise ValueError(f"`x` and `y` must be (n, dim) and (m, dim), got {x.shape}, {y.shape}.")
+    h = jnp.asarray(bandwidths)
+    if h.ndim != 1 or h.shape[0] < 1:
+        raise ValueError(f"`bandwidths` must be a non-empty 1-D array, got shape {h.shape}.")
+    # Cast after the check: integer data must not truncate 0.5 to 0.
+    h = check_positive(h.astype(x.dtype), "bandwidths")
     if kernel == "gaussian":
         sq = pairwise_sq_dists(x, y)
         return jnp.sum(jnp.exp(-sq[..., None] / (2.0 * h**2)[None, None, :]), -1)
@@ -63,7 +72,14 @@ def mmd2_from_grams(
     $\frac{1}{n(n-1)}\sum_{i\neq i'} k(x_i,x_{i'}) + \frac{1}{m(m-1)}\sum_{j\neq j'} k(y_j,y_{j'})
     - \frac{2}{nm}\sum_{i,j} k(x_i,y_j)$ (Gretton et al. 2012, eq. 3). It may be negative.
     """
+    for name, k in (("kxx", kxx), ("kyy", kyy)):
+        if k.ndim != 2 or k.shape[0] != k.shape[1] or k.shape[0] < 2:
+            raise ValueError(
+                f"`{name}` must be a square (n, n) Gram matrix, n >= 2, got {k.shape}."
+            )
     n, m = kxx.shape[0], kyy.shape[0]
+    if kxy.shape != (n, m):
+        raise ValueError(f"`kxy` must have shape ({n}, {m}), got {kxy.shape}.")
     sum_xx = (jnp.sum(kxx) - jnp.trace(kxx)) / (n * (n - 1))
     sum_yy = (jnp.sum(kyy) - jnp.trace(kyy)) / (m * (m - 1))
     return sum_xx + sum_yy - 2.0 * jnp.mean(kxy)
@@ -94,11 +110,12 @@ def mmd2_unbiased(
     References:
         Gretton, Borgwardt, Rasch, Schölkopf, Smola, A Kernel Two-Sample Test, JMLR 13 (2012).
     """
+    x, y = check_floating(x, "x"), check_floating(y, "y")
     if x.ndim != 2 or y.ndim != 2 or x.shape[1] != y.shape[1]:
         raise ValueError(f"`x` and `y` must be (n, dim) and (m, dim), got {x.shape}, {y.shape}.")
     if x.shape[0] < 2 or y.shape[0] < 2:
         raise ValueError(f"need at least 2 rows in `x` and `y`, got {x.shape[0]}, {y.shape[0]}.")
-    h = jnp.asarray(bandwidths, dtype=x.dtype)
+    h = jnp.asarray(bandwidths)
     if h.ndim != 1 or h.shape[0] < 1:
         raise ValueError(f"`bandwidths` must be a non-empty 1-D array, got shape {h.shape}.")
     grams = (

@@ -34,6 +34,7 @@ __all__ = [
     "check_floating",
     "check_in_interval",
     "check_key",
+    "check_labels",
     "check_module",
     "check_nonnegative",
     "check_positive",
@@ -186,6 +187,22 @@ def check_in_interval(
     interval = ("[" if closed[0] else "(") + f"{low}, {high}" + ("]" if closed[1] else ")")
     return _fail_or_flag(
         arr, ~jnp.all(above & below), f"`{name}` must lie in {interval} (and not be NaN)."
+    )
+
+
+def check_labels(x: ArrayLike, name: str, num_classes: int) -> Array:
+    """Integer class labels in ``[0, num_classes)`` (dtype at trace time, range as a value check).
+
+    Raises:
+        TypeError: for a floating-point or boolean array.
+    """
+    arr = jnp.asarray(x)
+    if not jnp.issubdtype(arr.dtype, jnp.integer):
+        raise TypeError(f"`{name}` must be an integer array of labels, got dtype {arr.dtype}.")
+    return _fail_or_flag(
+        arr,
+        ~jnp.all((arr >= 0) & (arr < num_classes)),
+        f"`{name}` must be integer labels in [0, {num_classes}).",
     )
 
 

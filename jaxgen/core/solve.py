@@ -14,6 +14,15 @@ import jax.numpy as jnp
 import lineax as lx
 from jaxtyping import Array, Float, PRNGKeyArray, PyTree
 
+from .checks import check_finite, check_key
+
+
+def _check_y0(y0: PyTree[Array]) -> PyTree[Array]:
+    """Every floating leaf of ``y0`` finite: a NaN start would otherwise surface as a solver
+    failure ("maximum number of solver steps") that points away from the cause.
+    """
+    return jax.tree.map(lambda leaf: check_finite(leaf, "y0"), y0)
+
 
 def _check_interval(t0: Any, t1: Any) -> None:
     if isinstance(t0, int | float) and isinstance(t1, int | float) and not t1 > t0:
@@ -97,10 +106,15 @@ def solve_ode(
         dt0: initial step for adaptive stepping (``None`` lets diffrax choose).
         max_steps: the most solver steps (raised to ``steps`` when that is larger).
         adjoint: diffrax adjoint (default: recursive checkpointing, reverse-mode friendly).
-        throw: raise on solver failure; with ``False`` inspect ``sol.result``.
+        throw: raise on solver failure and on a non-finite ``y0``; with ``False`` inspect
+            ``sol.result`` (nothing is checked at run time then).
 
     Returns:
         The `diffrax.Solution` (``sol.ts``, ``sol.ys``, ``sol.result``, ``sol.stats``).
+
+    Raises:
+        ValueError: for ``t1 <= t0`` or a bad ``steps`` at trace time; with ``throw``, for a NaN
+            or inf in ``y0`` (an ``EquinoxRuntimeError`` under `jax.jit`).
 
     Examples:
         >>> import jax.numpy as jnp
@@ -111,6 +125,8 @@ def solve_ode(
     _check_interval(t0, t1)
     _check_steps(steps)
     t0, t1, ts = _times_like(y0, t0, t1, ts)
+    if throw:
+        y0 = _check_y0(y0)
     solver = dfx.Tsit5() if solver is None else solver
     if steps is not None:
         controller: dfx.AbstractStepSizeController = dfx.ConstantStepSize()
@@ -173,7 +189,7 @@ def solve_sde(
             ``"unsafe"`` (`UnsafeBrownianPath`: faster, fixed steps only, no reverse mode).
         adjoint: diffrax adjoint (default recursive checkpointing; ``ForwardMode`` for
             ``brownian="unsafe"``).
-        throw: raise on solver failure.
+        throw: raise on solver failure and on a non-finite ``y0``.
 
     Returns:
         The `diffrax.Solution`.
@@ -181,7 +197,10 @@ def solve_sde(
     _check_interval(t0, t1)
     t0, t1, ts = _times_like(y0, t0, t1, ts)
     _check_steps(steps)
+    key = check_key(key)
     y0 = jnp.asarray(y0)
+    if throw:
+        y0 = _check_y0(y0)
     out = jax.eval_shape(diffusion, t0, y0, args)
     if out.shape == y0.shape:
         bm_shape: tuple[int, ...] = y0.shape

@@ -9,8 +9,6 @@ acceleration vanishes, so one Euler step of size 1 is the transport map T(x) = m
 A = P S0^{-1}.
 """
 
-import functools as ft
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -57,7 +55,7 @@ def matrix_geometric_mean(
     return 0.5 * (mean + mean.T)
 
 
-@ft.partial(jax.jit, static_argnums=2)
+@eqx.filter_jit  # (not jax.jit: a failed check then raises EquinoxRuntimeError, not an XLA error)
 def _endpoint_matrices(cov0: Array, cov1: Array, dim: int) -> tuple[Array, Array, Array, Array]:
     """Checked ``(cov0, cov1)``, ``P = cov0 # cov1`` and ``A = P cov0^{-1}`` in one compiled call
     (eagerly, the few dozen small ops of the checks and the pencil would compile one by one).

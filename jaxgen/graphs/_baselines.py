@@ -17,6 +17,14 @@ import jax.numpy as jnp
 import jax.random as jr
 from jax.scipy.special import xlogy
 
+from jaxgen.core.checks import (
+    check_finite,
+    check_floating,
+    check_nonnegative,
+    check_positive,
+    check_positive_int,
+    check_rank,
+)
 from jaxgen.core.types import Array, Float, Int, PRNGKeyArray
 
 from ._estimate import check_adjacency
@@ -33,6 +41,7 @@ def usvt(
     Xu 2018), reconstruct and clip to $[0, 1]$.
     """
     A = check_adjacency(A, allow_self_loops=True)
+    eta = check_nonnegative(eta, "eta")
     n = A.shape[0]
     if regime == "dense":
         thresh = (2.0 + eta) * jnp.sqrt(jnp.asarray(n, A.dtype))
@@ -56,6 +65,9 @@ def tv_denoise(
     scikit-image's `denoise_tv_bregman`: a larger weight means less smoothing) with a fixed
     number of dual steps of size 1/8.
     """
+    image = check_rank(image, 2, "image", layout="(r, c)")
+    image = check_finite(check_floating(image, "image"), "image")
+    weight = check_positive(weight, "weight")
     lam = 1.0 / weight
     tau = 0.125
 
@@ -137,6 +149,7 @@ def network_histogram(
     n = A.shape[0]
     if not isinstance(K, int) or not 1 <= K <= n:
         raise ValueError(f"`K` must be an int with 1 <= K <= n = {n}, got {K!r}.")
+    check_positive_int(sweeps, "sweeps")
     size = -(-n // K)
     L = jnp.diag(jnp.sum(A, 1)) - A
     _, evecs = jnp.linalg.eigh(L)

@@ -30,6 +30,7 @@ import jax.random as jr
 import numpy as np
 
 from jaxgen.core import RESULTS, iterate
+from jaxgen.core.checks import check_finite
 from jaxgen.core.types import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
 from jaxgen.transport import round_argmax, round_greedy, srgw_barycenter, srgw_objective, w_step
 
@@ -116,6 +117,7 @@ def kmeans(
     """
     if X.ndim != 2 or not 1 <= K <= X.shape[0]:
         raise ValueError(f"`X` must be (n, dim) with n >= K = {K}, got shape {X.shape}.")
+    X = check_finite(X, "X")
     n = X.shape[0]
     num_trials = 2 + int(math.log(K))  # greedy k-means++ (scikit-learn's default seeding)
     key_first, key_u = jr.split(key)

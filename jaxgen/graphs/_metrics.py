@@ -7,10 +7,18 @@ References:
     Hubert, Arabie. Comparing partitions. J. Classification 1985 (adjusted Rand index).
 """
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
 
+from jaxgen.core.checks import (
+    check_finite,
+    check_in_interval,
+    check_labels,
+    check_positive_int,
+    check_probabilities,
+)
 from jaxgen.core.types import Array, Bool, Float, Int, PRNGKeyArray
 
 from ._sample import GraphonFn
@@ -57,6 +65,9 @@ def graphon_l2_sorted(
             f"`block_matrix` (K, K) and `block_proportions` (K,) expected, got "
             f"{block_matrix.shape} and {block_proportions.shape}."
         )
+    check_positive_int(r, "r")
+    block_matrix = check_finite(block_matrix, "block_matrix")
+    block_proportions = check_probabilities(block_proportions, "block_proportions")
     dtype = block_matrix.dtype
     x = (jnp.arange(r, dtype=dtype) + 0.5) / r
     G = graphon_fn(x[:, None], x[None, :])
@@ -80,14 +91,25 @@ def adjusted_rand_index(
 
     $\mathrm{ARI} = (\sum_{ij}\binom{n_{ij}}2 - E)/(\frac12(\sum_i\binom{a_i}2 + \sum_j\binom{b_j}2)
     - E)$ with $E = \sum_i\binom{a_i}2\sum_j\binom{b_j}2/\binom n2$. Labels are integers in
-    $[0, n)$. Two trivial partitions (both one block, or both singletons) give 1.
+    $[0, n)$ (checked: a label outside would be dropped from the contingency table). Two trivial
+    partitions (both one block, or both singletons) give 1.
+
+    Raises:
+        ValueError: for shapes other than two equal ``(n,)``, ``n >= 2``, or (as a value check)
+            a label outside ``[0, n)``.
+        TypeError: for non-integer labels.
     """
+    labels_true, labels_pred = jnp.asarray(labels_true), jnp.asarray(labels_pred)
     if labels_true.shape != labels_pred.shape or labels_true.ndim != 1:
         raise ValueError(
             f"`labels_true` and `labels_pred` must be (n,) of equal shape, got "
             f"{labels_true.shape} and {labels_pred.shape}."
         )
     n = labels_true.shape[0]
+    if n < 2:
+        raise ValueError(f"`labels_true` must have n >= 2 items, got {n}.")
+    labels_true = check_labels(labels_true, "labels_true", n)
+    labels_pred = check_labels(labels_pred, "labels_pred", n)
     dtype = jnp.result_type(float)
     C = jax.nn.one_hot(labels_true, n, dtype=dtype).T @ jax.nn.one_hot(labels_pred, n, dtype=dtype)
 
@@ -105,18 +127,25 @@ def link_auc(
     scores: Float[Array, "n n"], A: Float[Array, "n n"], mask: Bool[Array, "n n"]
 ) -> Float[Array, ""]:
     r"""Area under the ROC curve of ``scores`` for predicting the edges of ``A`` on the pairs
-    ``mask`` (only $i < j$ is used). Ties count one half (Mann-Whitney).
+    ``mask`` (only $i < j$ is used). Ties count one half (Mann-Whitney). ``scores`` and ``A``
+    must be finite and the masked pairs must hold both classes (value checks).
     """
     _square("scores", scores)
     if A.shape != scores.shape or mask.shape != scores.shape:
         raise ValueError(
             f"`A` and `mask` must have shape {scores.shape}, got {A.shape} and {mask.shape}."
         )
+    scores, A = check_finite(scores, "scores"), check_finite(A, "A")
     n = scores.shape[0]
     upper = mask & jnp.triu(jnp.ones((n, n), dtype=bool), k=1)
     s = scores.ravel()
     pos = (upper & (A > 0)).ravel()
     neg = (upper & (A <= 0)).ravel()
+    s = eqx.error_if(
+        s,
+        ~(jnp.any(pos) & jnp.any(neg)),
+        "`A` must hold both an edge and a non-edge among the pairs of `mask` (else no AUC).",
+    )
     neg_sorted = jnp.sort(jnp.where(neg, s, jnp.inf))
     below = jnp.searchsorted(neg_sorted, s, side="left")
     at_or_below = jnp.searchsorted(neg_sorted, s, side="right")
@@ -134,6 +163,8 @@ def hold_out_pairs(
         symmetric mask of held-out pairs.
     """
     _square("A", A)
+    A = check_finite(A, "A")
+    frac = check_in_interval(frac, "frac", 0.0, 1.0)
     n = A.shape[0]
     upper = jnp.triu(jr.uniform(key, (n, n)) < frac, k=1)
     mask = upper | upper.T

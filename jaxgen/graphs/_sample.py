@@ -16,6 +16,7 @@ from collections.abc import Callable
 import jax.numpy as jnp
 import jax.random as jr
 
+from jaxgen.core.checks import check_in_interval, check_probabilities
 from jaxgen.core.types import Array, Float, Int, PRNGKeyArray
 
 GraphonFn = Callable[[Array, Array], Array]
@@ -70,6 +71,8 @@ def sample_sbm(
     B, pi = jnp.asarray(B), jnp.asarray(pi)
     if B.ndim != 2 or B.shape[0] != B.shape[1] or pi.shape != (B.shape[0],):
         raise ValueError(f"`B` must be (K, K) and `pi` (K,), got {B.shape} and {pi.shape}.")
+    B = check_in_interval(B, "B", 0.0, 1.0)
+    pi = check_probabilities(pi, "pi")
     key_z, key_a = jr.split(key)
     z = jr.categorical(key_z, jnp.log(pi), shape=(n,))
     P = B[z][:, z] * (1 - jnp.eye(n, dtype=B.dtype))

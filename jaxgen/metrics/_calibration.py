@@ -1,8 +1,9 @@
 """Calibration of probabilistic classifiers: expected calibration error, Brier score, NLL."""
 
-import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, Int
+
+from ..core.checks import check_labels, check_probabilities
 
 
 def _check(probs: ArrayLike, labels: ArrayLike) -> tuple[Array, Array]:
@@ -11,11 +12,10 @@ def _check(probs: ArrayLike, labels: ArrayLike) -> tuple[Array, Array]:
         raise ValueError(
             f"`probs` (N, C) and `labels` (N,) expected, got {probs.shape} and {labels.shape}."
         )
-    C = probs.shape[1]
-    labels = eqx.error_if(
-        labels, jnp.any((labels < 0) | (labels >= C)), f"labels outside [0, {C})."
-    )
-    return probs, labels
+    if probs.shape[0] < 1:
+        raise ValueError(f"`probs` must hold N >= 1 rows, got shape {probs.shape}.")
+    probs = check_probabilities(probs, "probs", axis=1)
+    return probs, check_labels(labels, "labels", probs.shape[1])
 
 
 def expected_calibration_error(

@@ -8,9 +8,12 @@ import jax.random as jr
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from ..core import kernel_gram, mmd2_from_grams, psd_sqrt
+from ..core.checks import check_covariance, check_finite, check_floating, check_positive
 
 
-def _check_samples(x: Array, y: Array, *, same_size: bool = False) -> None:
+def _check_samples(x: Array, y: Array, *, same_size: bool = False) -> tuple[Array, Array]:
+    """Shapes and dtypes at trace time; finite entries as a value check."""
+    x, y = check_floating(x, "x"), check_floating(y, "y")
     if x.ndim != 2 or y.ndim != 2:
         raise ValueError(
             f"`x` and `y` must be 2-D (num_samples, dim), got shapes {x.shape} and {y.shape}."
@@ -25,6 +28,7 @@ def _check_samples(x: Array, y: Array, *, same_size: bool = False) -> None:
         raise ValueError(
             f"`x` and `y` must have the same number of samples, got {x.shape[0]} and {y.shape[0]}."
         )
+    return check_finite(x, "x"), check_finite(y, "y")
 
 
 def gaussian_w2(
@@ -53,6 +57,11 @@ def gaussian_w2(
             f"second Gaussian has shapes {mean_b.shape}, {cov_b.shape}; expected "
             f"{mean_a.shape}, {cov_a.shape}."
         )
+    dim = mean_a.shape[0]
+    mean_a = check_finite(check_floating(mean_a, "mean_a"), "mean_a")
+    mean_b = check_finite(check_floating(mean_b, "mean_b"), "mean_b")
+    cov_a = check_covariance(cov_a, "cov_a", dim)
+    cov_b = check_covariance(cov_b, "cov_b", dim)
     root_a = psd_sqrt(cov_a)
     cross = psd_sqrt(root_a @ cov_b @ root_a)
     sq = jnp.sum((mean_a - mean_b) ** 2) + jnp.trace(cov_a + cov_b - 2.0 * cross)
@@ -66,6 +75,10 @@ def w1_1d(x: Float[Array, " n"], y: Float[Array, " n"]) -> Float[Array, ""]:
     """
     if x.ndim != 1 or y.ndim != 1 or x.shape != y.shape:
         raise ValueError(f"`x` and `y` must be 1-D of equal length, got {x.shape} and {y.shape}.")
+    if x.shape[0] < 1:
+        raise ValueError("`x` and `y` must hold at least one sample each, got 0.")
+    x = check_finite(check_floating(x, "x"), "x")
+    y = check_finite(check_floating(y, "y"), "y")
     return jnp.mean(jnp.abs(jnp.sort(x) - jnp.sort(y)))
 
 
@@ -95,10 +108,12 @@ def mmd_unbiased(
     References:
         Gretton et al., A Kernel Two-Sample Test, JMLR 2012 (eq. 3).
     """
-    _check_samples(x, y)
-    h = jnp.asarray(bandwidths, dtype=x.dtype)
+    x, y = _check_samples(x, y)
+    h = jnp.asarray(bandwidths)
     if h.ndim != 1 or h.shape[0] < 1:
         raise ValueError(f"`bandwidths` must be a non-empty 1-D sequence, got shape {h.shape}.")
+    # Cast after the check so that integer bandwidths are not truncated and 0.5 stays 0.5.
+    h = check_positive(h.astype(x.dtype), "bandwidths")
 
     # The Gram/U-statistic core lives in jaxgen.core (shared with jaxgen.deconvolution).
     return mmd2_from_grams(kernel_gram(x, x, h), kernel_gram(y, y, h), kernel_gram(x, y, h))
@@ -110,7 +125,7 @@ def energy_distance(x: Float[Array, "n dim"], y: Float[Array, "m dim"]) -> Float
     References:
         Székely & Rizzo, Energy statistics, J. Stat. Plann. Inference 2013.
     """
-    _check_samples(x, y)
+    x, y = _check_samples(x, y)
 
     def dist(a: Array, b: Array) -> Array:
         # sqrt at 0 has an infinite derivative: guard the diagonal for grad-safety.
@@ -140,7 +155,7 @@ def sliced_w2(
     Returns:
         $SW_2$ (not squared), a scalar.
     """
-    _check_samples(x, y, same_size=True)
+    x, y = _check_samples(x, y, same_size=True)
     if not isinstance(num_projections, int) or num_projections < 1:
         raise ValueError(f"`num_projections` must be an int >= 1, got {num_projections!r}.")
     theta = jr.normal(key, (num_projections, x.shape[1]), dtype=x.dtype)
@@ -155,6 +170,7 @@ def empirical_gaussian_w2(
     """`gaussian_w2` between the moment-matched Gaussian of ``samples`` and ``N(mean, cov)``."""
     if samples.ndim != 2 or samples.shape[0] < 2:
         raise ValueError(f"`samples` must be (n >= 2, dim), got {samples.shape}.")
+    samples = check_finite(check_floating(samples, "samples"), "samples")
     centred = samples - jnp.mean(samples, 0, keepdims=True)
     sample_cov = centred.T @ centred / (samples.shape[0] - 1)
     return gaussian_w2(jnp.mean(samples, 0), sample_cov, mean, cov)
@@ -190,6 +206,8 @@ def feature_frechet_distance(
             f"`feats_a` and `feats_b` must share the feature size k, got {feats_a.shape[1]} "
             f"and {feats_b.shape[1]}."
         )
+    feats_a = check_finite(check_floating(feats_a, "feats_a"), "feats_a")
+    feats_b = check_finite(check_floating(feats_b, "feats_b"), "feats_b")
 
     def moments(feats: Array) -> tuple[Array, Array]:
         mean = jnp.mean(feats, axis=0)

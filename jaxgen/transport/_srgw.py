@@ -28,6 +28,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh
 
 from jaxgen.core import RESULTS, iterate, sharded_vmap
+from jaxgen.core.checks import check_finite, check_nonnegative
 from jaxgen.core.types import Array, Bool, Float, Int
 
 
@@ -90,9 +91,15 @@ def lmo_rows(G: Float[Array, "n K"], h: Float[Array, " n"]) -> Float[Array, "n K
     r"""Linear minimisation oracle over $\{S \ge 0, S 1 = h\}$: $S_i = h_i e_{k^*(i)}$.
 
     $k^*(i) = \arg\min_k G_{ik}$, ties broken by the lowest index (POT splits tied mass evenly).
+    ``G`` must be finite (a NaN would be ignored by the argmin) and ``h`` non-negative (value
+    checks; the solvers call the unchecked core inside their loops).
     """
     if G.ndim != 2 or h.shape != (G.shape[0],):
         raise ValueError(f"`G` (n, K) and `h` (n,) expected, got {G.shape} and {h.shape}.")
+    return _lmo_rows(check_finite(G, "G"), check_nonnegative(h, "h"))
+
+
+def _lmo_rows(G: Array, h: Array) -> Array:
     return jax.nn.one_hot(jnp.argmin(G, axis=1), G.shape[1], dtype=G.dtype) * h[:, None]
 
 
@@ -182,14 +189,14 @@ def _cg_state(A: Array, T: Array, W: Array, h: Array, symmetric: bool) -> _CGSta
     q = jnp.sum(T, axis=0)
     F = h @ (A * A) @ h + q @ (W * W) @ q - 2.0 * jnp.sum((AT @ W.T) * T)
     G = _grad_parts(AT, AtT, T, W)
-    S = lmo_rows(G, h)
+    S = _lmo_rows(G, h)
     gap = jnp.sum(G * (T - S))
     return _CGState(T, AT, AtT, F, _big(F), G, gap)
 
 
 def _cg_step(state: _CGState, A: Array, W: Array, h: Array, symmetric: bool) -> _CGState:
     T, AT, AtT, F, _, G, _ = state
-    S = lmo_rows(G, h)
+    S = _lmo_rows(G, h)
     D = S - T
     AD = A @ D
     AtD = AD if symmetric else A.T @ D
@@ -204,7 +211,7 @@ def _cg_step(state: _CGState, A: Array, W: Array, h: Array, symmetric: bool) -> 
     AtT = AT if symmetric else AtT + gamma * AtD
     F_new = F + b * gamma + a * gamma**2
     G = _grad_parts(AT, AtT, T, W)
-    gap = jnp.sum(G * (T - lmo_rows(G, h)))
+    gap = jnp.sum(G * (T - _lmo_rows(G, h)))
     return _CGState(T, AT, AtT, F_new, F, G, gap)
 
 
@@ -269,11 +276,17 @@ def solve_srgw_coupling(
     Returns:
         `SrgwOutput`.
 
+    Raises:
+        ValueError: for mismatched shapes; as value checks, for a non-finite ``A`` or ``W`` or
+            a ``T0`` with a negative or non-finite entry (not a coupling).
+
     References:
         Vincent-Cuaz et al., ICLR 2022, Algorithm 1.
     """
     _check_pair(A, T0, W)
     _check_solver_args(max_steps, tol)
+    A, W = check_finite(A, "A"), check_finite(W, "W")
+    T0 = check_nonnegative(T0, "T0")
     state, num_steps, result = _solve_coupling(
         A, W, T0, max_steps=max_steps, tol=tol, symmetric=symmetric, throw=throw
     )
@@ -315,6 +328,8 @@ def solve_srgw_couplings(
         )
     _check_pair(A[0], T0[0], W[0])
     _check_solver_args(max_steps, tol)
+    A, W = check_finite(A, "A"), check_finite(W, "W")
+    T0 = check_nonnegative(T0, "T0")
 
     def one(a: Array, w: Array, t0: Array) -> SrgwOutput:
         state, num_steps, result = _solve_coupling(
@@ -332,9 +347,15 @@ def w_step(
 
     $\partial F/\partial W_{kl} = 2 W_{kl} q_k q_l - 2 (T^\top A T)_{kl}$ vanishes there. Entries of
     empty columns ($q_k q_l = 0$) keep their ``W_prev`` value (no division by zero inside `jit`).
-    When $A \in [0, 1]^{n\times n}$, so is $W$.
+    When $A \in [0, 1]^{n\times n}$, so is $W$. ``A`` and ``W_prev`` must be finite and ``T``
+    non-negative (value checks; the barycenter loop calls the unchecked core).
     """
     _check_pair(A, T, W_prev)
+    A, W_prev = check_finite(A, "A"), check_finite(W_prev, "W_prev")
+    return _w_step(A, check_nonnegative(T, "T"), W_prev)
+
+
+def _w_step(A: Array, T: Array, W_prev: Array) -> Array:
     q = jnp.sum(T, axis=0)
     qq = q[:, None] * q[None, :]
     ok = qq > 0
@@ -407,6 +428,7 @@ def srgw_barycenter(
     K = T0.shape[1] if T0.ndim == 2 else -1
     if W0 is None:
         _check_pair(A, T0)
+        A, T0 = check_finite(A, "A"), check_nonnegative(T0, "T0")
         W0 = w_step(A, T0, jnp.zeros((K, K), dtype=A.dtype))
     _check_pair(A, T0, W0)
     _check_solver_args(max_steps, tol)
@@ -417,7 +439,7 @@ def srgw_barycenter(
         cg, n_in, _ = _solve_coupling(
             A, s.W, s.T, max_steps=max_inner_steps, tol=itol, symmetric=symmetric, throw=False
         )
-        W = w_step(A, cg.T, s.W)
+        W = _w_step(A, cg.T, s.W)
         F = srgw_objective(A, cg.T, W)
         return _BCState(cg.T, W, F, s.F, jnp.sqrt(jnp.sum((W - s.W) ** 2)), s.inner + n_in)
 
@@ -438,7 +460,7 @@ def round_argmax(T: Float[Array, "n K"]) -> Int[Array, " n"]:
     r"""Deterministic labels $z_i = \arg\max_k T_{ik}$ (the authors' rounding)."""
     if T.ndim != 2:
         raise ValueError(f"`T` must be (n, K), got shape {T.shape}.")
-    return jnp.argmax(T, axis=1)
+    return jnp.argmax(check_nonnegative(T, "T"), axis=1)
 
 
 def round_greedy(
@@ -457,6 +479,7 @@ def round_greedy(
         Labels (n,).
     """
     _check_pair(A, T, W)
+    A, W, T = check_finite(A, "A"), check_finite(W, "W"), check_nonnegative(T, "T")
     h = jnp.sum(T, axis=1)
     W2 = W * W
 
