@@ -246,8 +246,9 @@ class GatedCFMixer(_LadderMixer):
     non-expanded SwiGLU. Parameters ``3 dim^2 + L dim (2d + 1)``.
 
     ``division``: ``"log_positive"`` (variant A: ``a_k = exp(w_k u + b_k) > 0``, no poles at any
-    depth; the log-domain ladder's values with a closed-form gradient, see `cf_log_positive`), ``"signed_logexp"`` (variant B: signed ladder, capped
-    log/exp reciprocal) or ``"direct"`` (continuants and one clamped division, the prior path).
+    depth; the log-domain ladder's values with a closed-form gradient, see `cf_log_positive`),
+    ``"signed_logexp"`` (variant B: signed ladder, capped log/exp reciprocal) or ``"direct"``
+    (continuants and one clamped division, the prior path).
     ``c`` starts at 0 (choice: the block starts as a GLU; ``c_std > 0`` draws it instead).
     """
 
