@@ -128,11 +128,11 @@ The per-level reciprocal of the ratio recursion splits XLA's fusion into one loo
 32: the gated block has one more dim x dim matmul than Cffn and an exp per ladder entry, and \
 the ladder's elementwise work (3 x 5 x 32 per token) dominates both layers. The claim's two \
 variants are timed interleaved (median over rounds) in the run, so the ratio no longer depends \
-on when each was timed. Not solved: the claim needs the ladder cheaper than Cffn's direct one, \
-which costs a multiply-add per level and no exp. Wall-clock ratios depend on the load: with \
-four benchmarks sharing the two cores (load ~20) a quick run measured 0.46 interleaved, while \
-the same two steps alone at load ~10 gave 0.88 (wall medians) and 0.91 (CPU time); the \
-logaddexp ladder gave 0.45 there.
+on when each was timed. At parity, not ahead: the committed quick run (load ~9) measured \
+1.00 interleaved (11.99 vs 12.00 ms per step); an earlier one with four benchmarks sharing the \
+two cores (load ~20) measured 0.46, and the two steps alone at load ~10 gave 0.88 (wall \
+medians) and 0.91 (CPU time), the logaddexp ladder 0.45. A clear margin would need the ladder \
+cheaper than Cffn's direct one, which costs a multiply-add per level and no exp.
 """
 
 
