@@ -8,6 +8,7 @@ from ._padl import (
     debias_codes as debias_codes,
     estimate_hyperparameters as estimate_hyperparameters,
     fit_padl as fit_padl,
+    pca_noise_floor as pca_noise_floor,
     prune_refit as prune_refit,
     storage_bits as storage_bits,
     transform as transform,

@@ -106,6 +106,36 @@ def _default_lam1(D: Array, X: Array) -> Array:
     return 0.1 * jnp.median(jnp.max(jnp.abs(D.T @ X), axis=0))
 
 
+# A fit that spends more than this share of the data's N d degrees of freedom (nnz + d |A|)
+# interpolates: its residual measures the lasso's shrinkage, not noise (warm-up fits measured:
+# 8x8 patches 0.49-0.51; planted problems with and without noise 0.11-0.36).
+_INTERPOLATING = 0.4
+
+
+def pca_noise_floor(X: Float[ArrayLike, "d N"]) -> float:
+    r"""Probabilistic-PCA noise variance with ``d/2`` components: the mean of the smaller half of
+    the eigenvalues of :math:`XX^\top/N`.
+
+    The noise variance a linear model of half the dimension leaves per direction (the
+    maximum-likelihood sigma^2 of probabilistic PCA). On data with a noise subspace (planted
+    dictionaries of fewer than ``d/2`` atoms) it is the noise variance (within 10% on the planted
+    test problems); on natural 8x8 patches (no noise floor) it is ``1.5e-3``, 23% of the
+    per-pixel variance. Used by `estimate_hyperparameters` as the floor of sigma^2.
+
+    Args:
+        X: data (d, N), samples as columns.
+
+    Returns:
+        The floor (a float >= 0).
+
+    References:
+        Tipping, Bishop. Probabilistic principal component analysis. JRSS B 61(3), 1999.
+    """
+    Xh = np.asarray(X, np.float64)
+    ev = np.sort(np.linalg.eigvalsh(Xh @ Xh.T / Xh.shape[1]))
+    return float(max(np.mean(ev[: max(1, ev.size // 2)]), 0.0))
+
+
 def estimate_hyperparameters(
     X: Float[Array, "d N"],
     D: Float[Array, "d K"],
@@ -114,6 +144,7 @@ def estimate_hyperparameters(
     bits: int = 32,
     a0: float = 1.0,
     b0: float = 1.0,
+    noise_floor: float | None = None,
 ) -> dict[str, float]:
     r"""The description-length (MAP) hyper-parameters of PADL from a current fit.
 
@@ -136,17 +167,35 @@ def estimate_hyperparameters(
     of the row count on a box). This model is a reconstruction (the paper's text could not be
     retrieved; see specs/padl_dictionary.md).
 
-    Caveat: :math:`\hat\sigma^2` is the residual of the current fit, so it identifies a noise
-    level only where the data have one (planted problems: within a factor ~3 of the true
-    variance). On near-noiseless data with :math:`K \ge d` (8x8 natural patches, K = 64) the
-    warm-up lasso fits almost everything, :math:`\hat\sigma^2 \approx 10^{-5}`, and the MDL
-    price keeps every atom; the fixed point then follows the warm-up's lambda_1 (measured:
-    warm-up factor 0.1 / 0.3 / 0.6 -> 63 / 64 / 44 of 64 atoms; the default ``"path"`` grid,
-    which starts at :math:`\hat\sigma^2`, stays at 64). There, fix the values or pass a
-    ``path_grid`` of larger prices.
+    Noise level: :math:`\hat\sigma^2_{\mathrm{fit}} = \mathrm{RSS}/\mathrm{dof}` identifies a
+    noise level only where the data have one (planted problems: within a factor ~3 of the true
+    variance, noiseless ones: the lasso's shrinkage, 0.002-0.008). On data without a noise floor
+    it collapses once the dictionary can fit the training set: on natural 8x8 patches (K = 64 =
+    d) the warm-up lasso spends half the data's degrees of freedom (nnz + d|A| = 0.49 N d, codes
+    with ~30 of 64 non-zeros), :math:`\hat\sigma^2_{\mathrm{fit}} \approx 10^{-4}` falling to
+    :math:`2 \cdot 10^{-5}`, the MDL price of an atom is ~0.02 and 63 of 64 atoms stay.
+    Therefore, when the fit spends more than 40% of the ``N d`` degrees of freedom (planted
+    problems, noisy or not: 0.11-0.36; patches: 0.49-0.51), the estimate is floored by
+    `pca_noise_floor`, the noise variance that a linear model of dimension ``d/2`` leaves
+    (:math:`1.5 \cdot 10^{-3}` on the patches): :math:`\hat\sigma^2 = \max(\hat\sigma^2_{\mathrm
+    {fit}}, \text{floor})`, used for both lambdas. The fit it leads to is self-consistent: at its
+    end (23 of 64 atoms, 5 non-zeros per patch) the plain residual estimate is
+    :math:`1.7 \cdot 10^{-3}`, the floor's level. Tried and rejected: the bottom half of the
+    spectrum without the switch (on a planted problem with more atoms than dimensions, 30 in
+    24, it is 30x the noise: 22 of 30 atoms kept, recovery 0.6); the bottom quarter (patches:
+    45 of 64 atoms); a quantisation floor (8-bit pixels: :math:`1.3 \cdot 10^{-6}`, below the
+    collapse). ``noise_floor`` fixes the floor instead (0 disables it).
+
+    Args:
+        X: data (d, N); D: dictionary (d, K); R: codes (K, N).
+        bits: bits per stored coefficient. a0, b0: the Beta prior of rho.
+        noise_floor: a fixed floor for sigma^2 (default: `pca_noise_floor` when the fit
+            interpolates, else none).
 
     Returns:
-        A dict of floats: ``sigma2``, ``beta``, ``rho``, ``lam1``, ``lam0``, ``lam2``.
+        A dict of floats: ``sigma2`` (the estimate used), ``sigma2_fit`` (RSS/dof),
+        ``noise_floor``, ``dof_used`` ((nnz + d|A|)/(N d)), ``beta``, ``rho``, ``lam1``, ``lam0``,
+        ``lam2``.
 
     Raises:
         ValueError: ``R`` has no nonzero entry (an empty dictionary: nothing to estimate from).
@@ -164,6 +213,13 @@ def estimate_hyperparameters(
         )
     dof = max(N * d - nnz - d * num_active, 1.0)
     sigma2 = rss / dof
+    sigma2_fit = sigma2
+    used = (nnz + d * num_active) / (N * d)  # the share of the data's degrees of freedom spent
+    if noise_floor is None:
+        floor = pca_noise_floor(X) if used > _INTERPOLATING else 0.0
+    else:
+        floor = float(noise_floor)
+    sigma2 = max(sigma2, floor)
     l1, row_max = _l1_and_row_max(R)
     beta = float(l1) / (num_active * N)
     rho = (num_active + a0 - 1) / max(K + a0 + b0 - 2, 1)
@@ -173,6 +229,9 @@ def estimate_hyperparameters(
     m_hat = float(np.median(row_max[row_max > 0]))
     return {
         "sigma2": sigma2,
+        "sigma2_fit": sigma2_fit,
+        "noise_floor": floor,
+        "dof_used": used,
         "beta": beta,
         "rho": rho,
         "lam1": sigma2 / beta,
@@ -491,7 +550,8 @@ def fit_padl(
     1. ``D`` = K random columns of ``X`` (unit norm), ``R = 0``; ``warmup_steps`` iterations of
        plain lasso dictionary learning (:math:`\lambda_0 = 0`,
        :math:`\lambda_1 = 0.1\,\mathrm{median}_n \|D^\top x_n\|_\infty` unless fixed).
-    2. Hyper-parameters: ``"mdl"`` estimates them by `estimate_hyperparameters` and re-estimates
+    2. Hyper-parameters: ``"mdl"`` estimates them by `estimate_hyperparameters` (its noise level
+       is floored by `pca_noise_floor` when the fit interpolates the data) and re-estimates
        lambda_0 (lambda_1 too with ``reestimate_lam1``)
        every ``reestimate_every`` iterations until |A| moves by <= 1; ``"path"`` sweeps
        :math:`\lambda_0` over ``path_grid`` (default :math:`\hat\sigma^2 2^{0..14}`,
@@ -602,7 +662,9 @@ def fit_padl(
         hyper_rounds = (
             {
                 "every": reestimate_every,
-                "kwargs": dict(bits=bits, a0=a0, b0=b0),
+                # Re-estimates never price an atom below the warm-up's noise level: once the
+                # dictionary fits the training set (noiseless data) RSS/dof keeps falling.
+                "kwargs": dict(bits=bits, a0=a0, b0=b0, noise_floor=hp["sigma2"]),
                 "lam1": reestimate_lam1,
             }
             if mode == "mdl"

@@ -12,6 +12,7 @@ References:
 """
 
 import functools as ft
+import math
 
 import jax
 import jax.numpy as jnp
@@ -139,18 +140,131 @@ def cf_signed_logexp(a: Float[Array, "*batch d"], eps: float = 0.01) -> Float[Ar
     return recip_logexp(t, eps)
 
 
-def cf_log_positive(log_a: Float[Array, "*batch d"]) -> Float[Array, " *batch"]:
-    """Variant A: positive ladder ``a_k = exp(l_k)`` evaluated entirely in the log domain.
+# Positive ladders by scaled linear continuants. With |l_k| <= B every continuant factor is
+# 1 + a_k <= 2 e^B, so ``_BLOCK`` levels grow by at most e^{_BLOCK (B + log 2)}: B is chosen so
+# that this stays below the dtype's largest finite value, and every ``_BLOCK - 1`` levels past
+# the first ``_BLOCK`` the pair (K_{m-1}, K_m) is divided by K_m (the only divisions besides the
+# final one; none at depth <= _BLOCK).
+_BLOCK = 5
 
-    ``log K_0 = 0``, ``log K_1 = l_d``, ``log K_k = logaddexp(l_{d-k+1} + log K_{k-1},
-    log K_{k-2})``, ``f = exp(log K_{d-1} - log K_d)`` in ``(0, exp(-l_1))``. No poles and no
-    overflow at any depth; plain autodiff is stable.
+
+def _log_bound(dtype) -> float:
+    """``B`` with ``_BLOCK (B + log 2) = log(finfo.max) - 1`` (float32: 16.85; float64: 141)."""
+    top = math.log(float(jnp.finfo(dtype).max)) - 1.0
+    return top / _BLOCK - math.log(2.0)
+
+
+def _norm_points(d: int) -> list[int]:
+    """Continuant indices ``m < d`` after which the running pair is renormalised."""
+    return list(range(_BLOCK, d, _BLOCK - 1))
+
+
+def _positive_continuants(a: Array, axis: int) -> tuple[list[Array], list[Array], Array]:
+    """Stored continuants ``K_0..K_d`` (each in its block's scale), the reciprocals ``1/K_m`` of
+    the normalisation points, and ``f = K_{d-1}/K_d``.
     """
-    d = _check_depth(log_a, "log_a")
-    prev2 = jnp.zeros_like(log_a[..., 0])
-    prev1 = log_a[..., d - 1]
-    if d == 1:
-        return jnp.exp(prev2 - prev1)
-    for k in range(2, d + 1):
-        prev2, prev1 = prev1, jnp.logaddexp(log_a[..., d - k] + prev1, prev2)
-    return jnp.exp(prev2 - prev1)
+    d = a.shape[axis]
+    level = [jax.lax.index_in_dim(a, k, axis, keepdims=False) for k in range(d)]
+    norms = set(_norm_points(d))
+    prev, cur = jnp.ones_like(level[0]), level[d - 1]
+    stored, recips = [prev, cur], []
+    for i in range(2, d + 1):
+        prev, cur = cur, level[d - i] * cur + prev
+        stored.append(cur)
+        if i in norms:
+            s = 1.0 / cur
+            recips.append(s)
+            prev, cur = prev * s, jnp.ones_like(cur)
+    return stored, recips, prev / cur
+
+
+def _clipped_exp(log_a: Array) -> Array:
+    bound = _log_bound(log_a.dtype)
+    return jnp.exp(jnp.clip(log_a, -bound, bound))
+
+
+@ft.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def _cf_positive(log_a: Array, axis: int) -> Array:
+    return _positive_continuants(_clipped_exp(log_a), axis)[2]
+
+
+def _cf_positive_fwd(log_a: Array, axis: int) -> tuple[Array, Array]:
+    # The residual is log_a alone: recomputing exp and the continuant multiply-adds in the
+    # backward pass is cheaper than storing them (they fuse into the gradient's one loop).
+    return _cf_positive(log_a, axis), log_a
+
+
+def _cf_positive_bwd(axis: int, log_a: Array, g: Array) -> tuple[Array]:
+    a = _clipped_exp(log_a)
+    bound = _log_bound(log_a.dtype)
+    d = a.shape[axis]
+    stored, recips, _ = _positive_continuants(a, axis)
+    # R_i = K_i / K_d (true ratio): stored_i times its block's factor c; the last block's factor
+    # is 1/K_d, an earlier block's is the next one's times 1/K_m (m its normalisation point).
+    # R_i <= max(1, f) for every i and a_k R_{d-k} <= 1, so no factor overflows.
+    points = _norm_points(d)
+    c = 1.0 / stored[d]
+    ratio: list[Array | None] = [None] * d
+    upper = d
+    for m, s in zip(points[::-1], recips[::-1], strict=True):
+        for i in range(m + 1, upper):
+            ratio[i] = stored[i] * c
+        ratio[m] = c  # K_m = 1 in the next block's scale
+        c = c * s
+        upper = m
+    for i in range(0, upper):
+        ratio[i] = stored[i] * c
+    # df/dl_k = a_k df/da_k = (-1)^k (a_k R_{d-k}) R_{d-k} (CoFrGeNet Proposition 1), k = 1..d;
+    # 0 where l_k is clamped.
+    outs = []
+    for k in range(1, d + 1):
+        r = ratio[d - k]
+        lk = jax.lax.index_in_dim(log_a, k - 1, axis, keepdims=False)
+        ak = jax.lax.index_in_dim(a, k - 1, axis, keepdims=False)
+        term = jnp.where(jnp.abs(lk) <= bound, (ak * r) * (r * g), 0.0)
+        outs.append(-term if k % 2 else term)
+    return (jnp.stack(outs, axis=axis),)
+
+
+_cf_positive.defvjp(_cf_positive_fwd, _cf_positive_bwd)
+
+
+def _cf_log_positive_axis(log_a: Array, axis: int) -> Array:
+    """`cf_log_positive` over depth axis ``axis`` (the mixers keep depth on axis -2)."""
+    return _cf_positive(log_a, axis)
+
+
+def cf_log_positive(log_a: Float[Array, "*batch d"]) -> Float[Array, " *batch"]:
+    """Variant A: positive ladder ``a_k = exp(l_k)``: the log-domain values without their cost.
+
+    Mathematically ``log K_0 = 0``, ``log K_1 = l_d``, ``log K_k = logaddexp(l_{d-k+1} +
+    log K_{k-1}, log K_{k-2})``, ``f = exp(log K_{d-1} - log K_d)`` in ``(0, exp(-l_1))``: no
+    poles at any depth. Evaluating it through logaddexp costs an exp and a log1p per level, and
+    their autodiff as much again (the gated layer trained at 0.6x the direct Cffn). Here instead:
+
+    - **Values** by the linear continuants ``K_k = a_{d-k+1} K_{k-1} + K_{k-2}`` (multiply-adds,
+      sums of positives: forward stable) and one division ``K_{d-1}/K_d``. With ``|l_k| <= B``,
+      ``B = (log(finfo.max) - 1)/5 - log 2`` (float32 16.85, float64 141), five levels grow by at
+      most ``(2 e^B)^5 < finfo.max``; deeper ladders renormalise the running pair by ``K_m``
+      every four levels past the fifth (``d <= 5``: no extra division).
+    - **Gradients** in closed form (a ``custom_vjp``; CoFrGeNet Proposition 1 times
+      ``da_k/dl_k = a_k``): ``df/dl_k = (-1)^k (a_k R_{d-k}) R_{d-k}``, ``R_i = K_i/K_d``
+      (carried across renormalisations by the saved ``1/K_m``). Each factor is bounded
+      (``a_k R_{d-k} <= 1``, ``R_i <= max(1, f)``), so no inf * 0 where the logaddexp autodiff
+      gives inf/NaN (float32, ``|l| ~ 90``). The only residual is ``log_a``; the backward pass
+      recomputes exp and the multiply-adds inside its one fused loop.
+
+    ``l_k`` is clamped to ``[-B, B]`` (gradient 0 outside). Inside, values and gradients equal the
+    logaddexp form to rounding (tested: float64 values 1e-12 relative, gradients 1e-10 of the
+    largest; float32 values 1e-5 relative, gradients 1e-4 of the largest); the closed-form
+    gradient is exact to 1e-10 relative even on the tiny deep-level entries where the logaddexp
+    autodiff loses all relative accuracy.
+
+    Args:
+        log_a: ``l_k = log a_k``, depth on the last axis.
+
+    Returns:
+        ``f(exp(l))`` over the leading axes, in ``(0, exp(-l_1))``.
+    """
+    _check_depth(log_a, "log_a")
+    return _cf_log_positive_axis(log_a, -1)

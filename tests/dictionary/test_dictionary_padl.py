@@ -14,6 +14,7 @@ from jaxgen.dictionary import (
     fista_codes,
     fit_padl,
     padl_objective,
+    pca_noise_floor,
     storage_bits,
     transform,
 )
@@ -126,17 +127,44 @@ def test_estimate_hyperparameters_by_hand(small):
     hp = estimate_hyperparameters(X, D, R, bits=16)
     Xn, Dn, Rn = map(np.asarray, (X, D, R))
     nnz, n_act = np.count_nonzero(Rn), 7
-    sigma2 = np.sum((Xn - Dn @ Rn) ** 2) / (300 * 12 - nnz - 12 * n_act)
+    sigma2_fit = np.sum((Xn - Dn @ Rn) ** 2) / (300 * 12 - nnz - 12 * n_act)
+    used = (nnz + 12 * n_act) / (300 * 12)
+    floor = np.mean(np.linalg.eigvalsh(Xn @ Xn.T / 300)[:6]) if used > 0.4 else 0.0
+    sigma2 = max(sigma2_fit, floor)
     beta = np.abs(Rn).sum() / (n_act * 300)  # Laplace MLE over all entries of active rows
     rho = 7 / 8
     lam0 = sigma2 * (16 * 12 * math.log(2) + math.log((1 - rho) / rho))
     np.testing.assert_allclose(
-        [hp["sigma2"], hp["beta"], hp["rho"], hp["lam1"], hp["lam0"]],
-        [sigma2, beta, rho, sigma2 / beta, lam0],
+        [hp["sigma2"], hp["sigma2_fit"], hp["dof_used"], hp["beta"], hp["rho"], hp["lam1"]],
+        [sigma2, sigma2_fit, used, beta, rho, sigma2 / beta],
         rtol=1e-10,
     )
+    np.testing.assert_allclose(hp["lam0"], lam0, rtol=1e-10)
+    fixed = estimate_hyperparameters(X, D, R, bits=16, noise_floor=1.0)  # a floor above the fit
+    np.testing.assert_allclose(fixed["sigma2"], 1.0, rtol=1e-12)
     with pytest.raises(ValueError, match="empty dictionary"):
         estimate_hyperparameters(X, D, jnp.zeros_like(R))
+
+
+def test_noise_floor_on_interpolating_fit():
+    """An exact fit (D = I, R = X: RSS = 0, every degree of freedom spent) takes the PPCA floor,
+    which on data with a noise subspace is the noise variance; a sparse fit keeps RSS/dof."""
+    rng = np.random.default_rng(3)
+    d, n, k, noise = 16, 4000, 4, 0.1
+    basis = np.linalg.qr(rng.normal(size=(d, k)))[0]
+    X = basis @ (2.0 * rng.normal(size=(k, n))) + noise * rng.normal(size=(d, n))
+    floor = pca_noise_floor(X)
+    assert floor == pytest.approx(noise**2, rel=0.1)  # bottom half = pure noise directions
+    evals = np.linalg.eigvalsh(X @ X.T / n)
+    assert floor == pytest.approx(np.mean(evals[: d // 2]), rel=1e-10)
+    hp = estimate_hyperparameters(jnp.asarray(X), jnp.eye(d), jnp.asarray(X))
+    assert hp["sigma2_fit"] < 1e-10 and hp["dof_used"] > 1.0
+    assert hp["sigma2"] == pytest.approx(floor, rel=1e-10)
+    assert hp["lam0"] == pytest.approx(floor * (32 * d * math.log(2) + math.log(1 / 15)), 1e-8)
+    D = jnp.asarray(basis)  # the planted subspace: a sparse (4 of 16 dof), non-interpolating fit
+    hp = estimate_hyperparameters(jnp.asarray(X), D, D.T @ jnp.asarray(X))
+    assert hp["dof_used"] < 0.4 and hp["noise_floor"] == 0.0
+    assert hp["sigma2"] == pytest.approx(noise**2, rel=0.1)
 
 
 def test_planted_small_count_penalty(small):
@@ -328,8 +356,24 @@ def test_prune_realign_removes_a_split_atom():
 # Planted problems the benchmark does not use (it plants d=32, 20 atoms, K=100, N=3000), started
 # 3-4x overcomplete. With the spec's fixed-D prune test the defaults kept 9/6 atoms on both fast
 # problems and 21/12 and 15/12 on the slow ones; see benchmarks/padl_dictionary.md (ablation).
-PLANTED_FAST = [(7, 16, 6, 24, 500, 3, 0.05), (7, 12, 6, 24, 480, 2, 0.02)]
-PLANTED_SLOW = [(4, 16, 12, 48, 1500, 2, 0.02), (8, 48, 12, 36, 1500, 4, 0.05)]
+# Noiseless problems (noise 0.0) are where a residual-based noise level can collapse; there the
+# warm-up fit spends 0.11-0.36 of the degrees of freedom (no PCA floor), and its residual (the
+# lasso's shrinkage) is the floor of the later re-estimates.
+PLANTED_FAST = [
+    (7, 16, 6, 24, 500, 3, 0.05),
+    (7, 12, 6, 24, 480, 2, 0.02),
+    (7, 12, 6, 24, 480, 2, 0.0),
+]
+PLANTED_SLOW = [
+    (4, 16, 12, 48, 1500, 2, 0.02),
+    (8, 48, 12, 36, 1500, 4, 0.05),
+    (4, 16, 12, 48, 1500, 2, 0.0),
+    (1, 24, 30, 90, 1500, 3, 0.0),
+    # Known failure: 8 atoms for 6. Two planted atoms are each split in two (cosines 0.94-0.99)
+    # and one re-aligning sweep does not merge them, so removing either still costs more than
+    # the price lambda_0 = 1.6 (the warm-up noise level 0.0045 times b d ln 2).
+    pytest.param((7, 16, 6, 24, 500, 3, 0.0), marks=pytest.mark.xfail(strict=True)),
+]
 
 
 def check_planted_defaults(seed, d, k_true, K, N, per_sample, noise):

@@ -28,6 +28,7 @@ from jaxgen.nn import (
     dyadic_start_steps,
     recip_logexp,
 )
+from tests.reference.cofrgenet_logdomain import cf_log_positive_logaddexp
 
 
 def np_ladder(a, eps=None):
@@ -114,6 +115,68 @@ def test_f5_deep_ladder_overflow():
     assert bool(jnp.all(jnp.isfinite(g)))
 
 
+def np_positive_grad(logs):
+    """float64 numpy df/dl_k = (-1)^k a_k (K_{d-k}/K_d)^2 by plain continuants (Proposition 1)."""
+    a = np.exp(np.asarray(logs, np.float64))
+    d = a.shape[-1]
+    k = [np.ones_like(a[..., 0]), a[..., -1]]
+    for i in range(2, d + 1):
+        k.append(a[..., d - i] * k[i - 1] + k[i - 2])
+    return np.stack(
+        [(-1.0) ** j * a[..., j - 1] * (k[d - j] / k[d]) ** 2 for j in range(1, d + 1)], axis=-1
+    )
+
+
+@pytest.fixture(scope="module")
+def positive_grads():
+    """jitted (value, grad) of the closed-form ladder and of the logaddexp reference."""
+
+    def vg(f):
+        return jax.jit(jax.vmap(jax.value_and_grad(f)))
+
+    return vg(cf_log_positive), vg(cf_log_positive_logaddexp)
+
+
+# Depths around the renormalisation points (every 4 levels past the first 5) and a deep one.
+@pytest.mark.parametrize("d", [1, 4, 5, 6, 10, 24])
+def test_f4b_closed_form_vjp_equals_logaddexp(positive_grads, getkey, d):
+    """The ratio-form ladder and its custom VJP reproduce the logaddexp continuants and their
+    autodiff: values to 1e-12 relative, gradients to 1e-10 of each row's largest (float64), and
+    the exact gradient (float64 continuants) to 1e-10 relative, which the autodiff of logaddexp
+    misses on the small deep-level entries."""
+    logs = 2.0 * jr.normal(getkey(), (64, d))
+    new, ref = positive_grads
+    (v1, g1), (v0, g0) = new(logs), ref(logs)
+    np.testing.assert_allclose(v1, v0, rtol=1e-12)
+    scale = np.max(np.abs(np.asarray(g0)), axis=-1, keepdims=True)
+    assert np.max(np.abs(np.asarray(g1 - g0)) / scale) < 1e-10
+    np.testing.assert_allclose(g1, np_positive_grad(logs), rtol=1e-10)
+    # float32: values within 1e-5 relative, gradients within 1e-4 of the row's largest.
+    v32, g32 = new(logs.astype(jnp.float32))
+    assert v32.dtype == g32.dtype == jnp.float32
+    np.testing.assert_allclose(v32, v0, rtol=1e-5)
+    assert np.max(np.abs(np.asarray(g32, np.float64) - g0) / scale) < 1e-4
+
+
+def test_f4c_positive_ladder_extremes():
+    """Far outside any trained range the float32 ladder stays finite where logaddexp gives inf/NaN
+    gradients; |l| is clamped at B = (log(max) - 1)/5 - log 2 (float32 16.85)."""
+    l32 = jnp.array(
+        [[100.0, -100.0, 3.0], [-90.0, -90.0, -90.0], [50.0, -50.0, 50.0], [16.0, -16.0, 16.0]],
+        jnp.float32,
+    )
+    val, grad = jax.vmap(jax.value_and_grad(cf_log_positive))(l32)
+    assert bool(jnp.all(jnp.isfinite(val))) and bool(jnp.all(jnp.isfinite(grad)))
+    np.testing.assert_allclose(val[3], np_ladder(np.exp(np.asarray(l32[3], np.float64))), 1e-5)
+    bound = (math.log(float(jnp.finfo(jnp.float32).max)) - 1.0) / 5 - math.log(2.0)
+    np.testing.assert_allclose(val[1], np_ladder(np.exp(np.full(3, -bound))), rtol=1e-5)
+    np.testing.assert_array_equal(grad[1:3], 0.0)  # every entry clamped
+    assert float(jnp.max(jnp.abs(grad[0]))) < 1e-12  # l_3 = 3 sits below a_1 = e^B
+    deep = jr.normal(jr.key(3), (200, 64), dtype=jnp.float32) * 8.0  # renormalised 15 times
+    v, g = jax.vmap(jax.value_and_grad(cf_log_positive))(deep)
+    assert bool(jnp.all(jnp.isfinite(v))) and bool(jnp.all(jnp.isfinite(g)))
+
+
 def test_f6_signed_logexp_equals_capped(getkey):
     eps = 0.01
     special = jnp.array([0.0, eps / 2, -eps / 2, eps, -eps, 1e-30, -1e-30, 3.0])
@@ -167,6 +230,28 @@ def test_gated_cf_layer_matches_numpy(getkey, division):
     x = jr.normal(getkey(), (6,))
     np.testing.assert_allclose(m(x), np_gated_cf(m, np.asarray(x)), rtol=1e-9)
     check_grads(jax.jit(lambda x: m(x)), (x,), order=1, modes=["rev"], rtol=1e-5)
+
+
+def test_gated_cf_log_positive_equals_logaddexp_layer(getkey):
+    """The default gated layer (closed-form ladder VJP) against the same layer built on the
+    logaddexp ladder: outputs to 1e-12 and every parameter's gradient to 1e-10 (float64)."""
+    m = GatedCFMixer(8, 3, 6, key=getkey(), c_std=0.5)
+    m = eqx.tree_at(lambda t: (t.w, t.b), m, (jr.normal(getkey(), m.w.shape), m.b + 0.3))
+    x = jr.normal(getkey(), (16, 8))
+
+    def reference(m, x):
+        u, g = m.w_value @ x, jax.nn.silu(m.w_gate @ x)
+        pre = jnp.moveaxis(m.w * u[None, None, :] + m.b, 1, -1)
+        return m.w_out @ (g * (u + jnp.sum(m.c * cf_log_positive_logaddexp(pre), axis=0)))
+
+    def loss(m, f):
+        return jnp.sum(jnp.sin(jax.vmap(lambda t: f(m, t))(x)))
+
+    np.testing.assert_allclose(jax.vmap(m)(x), jax.vmap(lambda t: reference(m, t))(x), 1e-12)
+    g_new = eqx.filter_grad(loss)(m, lambda m, t: m(t))
+    g_ref = eqx.filter_grad(loss)(m, reference)
+    for a, b in zip(jax.tree.leaves(g_new), jax.tree.leaves(g_ref), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10 * float(jnp.max(jnp.abs(b))))
 
 
 def test_cffn_layer_matches_numpy(getkey):
