@@ -386,6 +386,20 @@ EXEMPT: dict[str, str] = {
     "core.data_mesh": "device placement (no array arguments to check)",
     "core.replicate": "device placement of a user pytree",
     "core.shard_batch": "device placement of a user pytree",
+    "core.replicate_sharding": "device placement (takes a mesh, no array arguments)",
+    "core.sharded_vmap": "wraps a user function; its mapped calls are the entry points checked",
+    "core.sample_many": "wraps a user sampler; `key` and `num_samples` are checked and tested in "
+    "tests/core/test_core_sharded_montecarlo.py",
+    "core.load_latest_checkpoint": _TRAINING + "; corrupt checkpoints tested in "
+    "tests/core/test_core_guard.py",
+    "core.verify_checkpoint": _TRAINING + "; tested in tests/core/test_core_guard.py",
+    "core.bytes_per_device": "device placement bookkeeping of a user pytree",
+    "core.fsdp_rule": "device placement rule; bad input tested in tests/core/test_core_scale.py",
+    "core.init_processes": "multi-process start-up from environment variables (tests/core)",
+    "core.param_shardings": "device placement of a user pytree (tests/core/test_core_scale.py)",
+    "core.shard_params": "device placement of a user pytree (tests/core/test_core_scale.py)",
+    "core.sharded_minibatches": "a batch sampler over user data; tested in "
+    "tests/core/test_core_scale.py",
     "graphs.GraphonEstimate": "a result type",
 }
 
