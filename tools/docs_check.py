@@ -6,7 +6,8 @@ browser that playwright downloads) and fails when
 
 - a page logs a console error, raises a JavaScript error or gets a failed / >= 400 response;
 - a family page (``families/NAME``) lacks the heading of a name its ``__init__.py`` exports, or a
-  function / class among them lacks its signature;
+  function / class among them lacks its signature (exceptions, enumerations and ``Abstract*``
+  interfaces have no constructor of their own and are exempt from the signature check);
 - a tutorial page (``notebooks/...``) shows no rendered figure (an ``<img>`` of the notebook's
   outputs that the browser decoded);
 - the search index lacks one of a sample of public names, or the search box does not find one.
@@ -105,7 +106,12 @@ _FAMILY_JS = """(ids) => ids.map((id) => {
   if (!h) return [id, 'missing'];
   const obj = h.closest('.doc-object');
   const kind = obj ? obj.className : '';
-  const callable = /doc-(function|class)/.test(kind);
+  // a class built by its own __init__ or its fields shows a signature; exceptions, enumerations
+  // and abstract interfaces have no constructor of their own to show
+  const bases = (obj && obj.querySelector('.doc-class-bases') || {}).textContent || '';
+  const exempt = /Exception|Error|Enumeration|ABC|Protocol/.test(bases)
+    || /(^|\.)Abstract/.test(id);
+  const callable = /doc-function/.test(kind) || (/doc-class/.test(kind) && !exempt);
   const sig = obj && obj.querySelector(
     ':scope > .doc-signature, :scope > .doc-contents > .doc-signature');
   if (callable && !sig) return [id, 'no signature'];
