@@ -12,8 +12,8 @@ browser that playwright downloads) and fails when
   outputs that the browser decoded);
 - the search index lacks one of a sample of public names, or the search box does not find one.
 
-It saves screenshots of the home page and of one tutorial under ``--out``, and prints the time
-the check took.
+It saves screenshots of the home page and of one tutorial (its top and its first figure) under
+``--out``, and prints the time the check took.
 """
 
 import argparse
@@ -118,9 +118,11 @@ _FAMILY_JS = """(ids) => ids.map((id) => {
   return [id, 'ok'];
 })"""
 
-_FIGURE_JS = """() => Array.from(document.querySelectorAll(
-    '.jp-OutputArea-output img, .jp-RenderedImage img, .output_png img, .jp-Notebook img'))
-  .filter((im) => im.complete && im.naturalWidth > 0).length"""
+_FIGURE_SELECTOR = ".jp-OutputArea-output img, .jp-RenderedImage img, .output_png img"
+_FIGURE_JS = (
+    f"() => Array.from(document.querySelectorAll('{_FIGURE_SELECTOR}'))"
+    ".filter((im) => im.complete && im.naturalWidth > 0).length"
+)
 
 
 def check(site: str, out: str) -> list[str]:
@@ -158,11 +160,15 @@ def check(site: str, out: str) -> list[str]:
         )
         for path in pages:
             errors.clear()
-            page.goto(base + path, wait_until="networkidle")
+            page.goto(base + path, wait_until="load")
+            page.wait_for_load_state("networkidle")
             parts = path.strip("/").split("/")
             if len(parts) == 2 and parts[0] == "families" and parts[1] in fams:
                 ids = [f"jaxgen.{parts[1]}.{n}" for n in exported(parts[1])]
                 bad = [f"{i} ({s})" for i, s in page.evaluate(_FAMILY_JS, ids) if s != "ok"]
+                if bad:  # a loaded machine can be slow to lay out a long page: look once more
+                    page.wait_for_timeout(3000)
+                    bad = [f"{i} ({s})" for i, s in page.evaluate(_FAMILY_JS, ids) if s != "ok"]
                 if bad:
                     failures.append(f"{path}: exported names not documented: {', '.join(bad)}")
             if parts[0] == "notebooks":
@@ -172,6 +178,9 @@ def check(site: str, out: str) -> list[str]:
                 elif shot_tutorial is None:
                     shot_tutorial = path
                     page.screenshot(path=os.path.join(out, "tutorial.png"))
+                    # and its first figure, scrolled into view
+                    page.locator(_FIGURE_SELECTOR).first.scroll_into_view_if_needed()
+                    page.screenshot(path=os.path.join(out, "tutorial_figure.png"))
             if path == "/":
                 page.screenshot(path=os.path.join(out, "home.png"))
             failures += [f"{path}: {e}" for e in errors]
@@ -198,7 +207,7 @@ def check(site: str, out: str) -> list[str]:
         browser.close()
     if shot_tutorial is None:
         print("no tutorial with a figure: no tutorial screenshot", file=sys.stderr)
-    print(f"checked {len(pages)} pages; screenshots: {out}/home.png, {out}/tutorial.png")
+    print(f"checked {len(pages)} pages; screenshots in {out}: home.png, tutorial*.png")
     return failures
 
 
