@@ -13,6 +13,7 @@ import argparse
 import json
 import math
 import os
+import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -70,7 +71,9 @@ def _load(folder: str, name: str) -> dict | None:
     if not os.path.exists(path):
         return None
     with open(path) as f:
-        return json.load(f)
+        res = json.load(f)
+    res["_path"] = path
+    return res
 
 
 def _num(x) -> str:
@@ -99,9 +102,34 @@ def held(res: dict) -> tuple[int, int]:
     return sum(bool(c["holds"]) for c in res["claims"]), len(res["claims"])
 
 
+def _committed(path: str) -> str | None:
+    """The date the file was last committed (git), or None outside a git checkout."""
+    try:
+        out = subprocess.run(
+            ["git", "log", "-1", "--format=%cs", "--", path],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            check=False,
+        ).stdout.strip()
+    except OSError:
+        return None
+    return out or None
+
+
+def _date(res: dict) -> str:
+    """When a run was measured: its recorded date, else the date its JSON was committed."""
+    if "date" in res.get("env", {}):
+        return res["env"]["date"]
+    committed = _committed(res.get("_path", ""))
+    if committed:
+        return f"{committed} (committed; the run predates recorded dates)"
+    return "not recorded"
+
+
 def _when_where(res: dict) -> str:
     env = res.get("env", {})
-    date = env.get("date", "date not recorded (before the harness stored it)")
+    date = _date(res)
     machine = env.get("machine", "machine not recorded")
     load = env.get("load_1min")
     load_s = f", 1-min load average {load} when it finished" if load is not None else ""
@@ -202,7 +230,7 @@ def results_pages() -> tuple[dict[str, str], dict[str, str]]:
                 return "no committed quick run", "-", "-"
             n_ok, n = held(res)
             failing = ", ".join(f"`{c['id']}`" for c in res["claims"] if not c["holds"]) or "-"
-            date = res.get("env", {}).get("date", "not recorded")[:10]
+            date = _date(res)[:10]
             return f"{n_ok}/{n}", failing, date
 
         q_claims, q_fail, q_date = summary(quick)
