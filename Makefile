@@ -78,14 +78,7 @@ BENCH ?= all
 results: install-bench peers debian-data
 	@rm -rf results/quick-refresh; status=0; \
 	$(PY) -m benchmarks run $(BENCH) --quick --out results/quick-refresh || status=$$?; \
-	mkdir -p benchmarks/quick; \
-	for f in results/quick-refresh/*.json; do \
-	  [ -e "$$f" ] || continue; n=$$(basename $$f .json); \
-	  rm -f benchmarks/quick/$$n.json benchmarks/quick/$$n.md benchmarks/quick/$$n\_*.png; \
-	  cp results/quick-refresh/$$n.json results/quick-refresh/$$n.md benchmarks/quick/; \
-	  cp results/quick-refresh/$$n\_*.png benchmarks/quick/ 2>/dev/null || true; \
-	done; \
-	$(PY) tools/docs_results.py --readme; exit $$status
+	$(PY) tools/docs_results.py --import-runs results/quick-refresh --readme; exit $$status
 
 # The documentation site (mkdocs.yml, docs/, tools/mkdocs_hooks.py): `make docs` builds it into
 # site/ with --strict (a broken link, a missing reference or a docstring that does not parse

@@ -10,6 +10,7 @@ Used by the mkdocs hook (``tools/mkdocs_hooks.py``) and, as a script, by ``make 
 """
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -301,11 +302,42 @@ def write_readme_table(readme: str = os.path.join(ROOT, "README.md")) -> None:
         f.write(head + README_BEGIN + "\n" + readme_table() + "\n" + README_END + tail)
 
 
+def import_runs(folder: str) -> list[str]:
+    """Copy every quick run under ``folder`` (``NAME.json``, ``NAME.md``, its figures) into
+    ``benchmarks/quick/``, first removing the figures the previous committed run listed.
+
+    Smoke runs and other modes are skipped. Returns the names imported.
+    """
+    import shutil
+
+    names = []
+    for f in sorted(os.listdir(folder)):
+        if not f.endswith(".json"):
+            continue
+        with open(os.path.join(folder, f)) as fh:
+            res = json.load(fh)
+        if not isinstance(res, dict) or res.get("smoke") or res.get("mode") != "quick":
+            continue
+        name = res["name"]
+        old = _load(QUICK_DIR, name)
+        os.makedirs(QUICK_DIR, exist_ok=True)
+        for fig in (old or {}).get("figures", []):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(QUICK_DIR, fig))
+        for item in [f"{name}.json", f"{name}.md", *res.get("figures", [])]:
+            shutil.copy2(os.path.join(folder, item), os.path.join(QUICK_DIR, item))
+        names.append(name)
+    return names
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--readme", action="store_true", help="rewrite README's methods table")
+    parser.add_argument("--import-runs", metavar="DIR", help="copy the quick runs under DIR")
     args = parser.parse_args()
+    if args.import_runs:
+        print("imported:", ", ".join(import_runs(args.import_runs)) or "nothing")
     if args.readme:
         write_readme_table()
-    else:
+    elif not args.import_runs:
         print(readme_table())
