@@ -239,8 +239,11 @@ def results_pages() -> tuple[dict[str, str], dict[str, str]]:
             a, b = held(quick)
             total_ok, total = total_ok + a, total + b
         r_claims = f"{held(ref)[0]}/{held(ref)[1]} (`{ref['mode']}`)" if ref is not None else "-"
+        title = BENCHMARKS.get(name, (name,))[0]
+        fams_short = ", ".join(f"[{f}](../families/{f}.md)" for f in fams) or "-"
         rows.append(
-            f"| [{name}]({name}.md) | {fam_links} | {q_claims} | {q_fail} | {q_date} | {r_claims} |"
+            f"| [{name}]({name}.md) | {title} | {fams_short} | {q_claims} | {q_date} | "
+            f"{r_claims} | {q_fail} |"
         )
     index = [
         "# Results",
@@ -259,8 +262,8 @@ def results_pages() -> tuple[dict[str, str], dict[str, str]]:
         f"Quick runs: {total_ok}/{total} claims hold over the benchmarks with a committed quick "
         "run.",
         "",
-        "| benchmark | method | family | quick: claims held | quick: failing | quick: measured | "
-        "reference run |",
+        "| benchmark | method | family | quick run: claims held | measured | reference run | "
+        "quick run: failing claims |",
         "|---|---|---|---|---|---|---|",
         *rows,
         "",
