@@ -78,7 +78,7 @@ def _notebook_title(path: str, fallback: str) -> str:
 def on_config(config):
     """Fill the Tutorials and Results sections of the nav."""
     results = _results_module()
-    tutorials = [{title: path} for path, _, title in notebooks()]
+    tutorials = [{"Overview": "tutorials.md"}] + [{title: path} for path, _, title in notebooks()]
     bench = [{"Overview": "results/index.md"}] + [
         {name: f"results/{name}.md"} for name in results.benchmark_names()
     ]
@@ -96,12 +96,38 @@ def on_files(files, config):
     for path, _, _ in notebooks():
         # docs path = repository path (notebooks/FAMILY/NAME.ipynb), read in place
         files.append(File(path, ROOT, config["site_dir"], config["use_directory_urls"]))
+    files.append(File.generated(config, "tutorials.md", content=_tutorials_page()))
     pages, figures = _results_module().results_pages()
     for path, text in pages.items():
         files.append(File.generated(config, path, content=text))
     for path, src in figures.items():
         files.append(File.generated(config, path, abs_src_path=src))
     return files
+
+
+def _tutorials_page() -> str:
+    """The Tutorials overview: every notebook with its family page."""
+    lines = [
+        "# Tutorials",
+        "",
+        "One executed notebook per method, rendered with its stored outputs and figures (the "
+        "site never executes them; `make notebooks` does). Each states the idea and the key "
+        "equation, builds the object, checks it against a closed form or a peer, trains a small "
+        "model where the method learns, plots, and points to its benchmark. The `.ipynb` files "
+        "live under `notebooks/` and open in Jupyter as they are.",
+        "",
+        "| tutorial | family |",
+        "|---|---|",
+    ]
+    for path, _, title in notebooks():
+        family = path.split("/")[1]
+        fam = (
+            f"[{family}](families/{family}.md)"
+            if os.path.isdir(os.path.join(PACKAGE, family))
+            else family
+        )
+        lines.append(f"| [{title}]({path}) | {fam} |")
+    return "\n".join(lines) + "\n"
 
 
 def on_page_markdown(markdown, page, config, files):
