@@ -54,8 +54,8 @@ test: install-test
 # ruff lint and format check over the code (configuration in pyproject.toml); CI runs it first.
 lint: $(PY)
 	$(PIP) install -q 'ruff>=0.5'
-	$(VENV)/bin/ruff check jaxgen benchmarks tests
-	$(VENV)/bin/ruff format --check jaxgen benchmarks tests
+	$(VENV)/bin/ruff check jaxgen benchmarks tests tools
+	$(VENV)/bin/ruff format --check jaxgen benchmarks tests tools
 
 # A benchmark that cannot run is reported (and makes `make bench` exit non-zero), but never
 # stops the others or the report.
