@@ -7,7 +7,8 @@ PYTEST_ARGS ?=
 # Two pytest-xdist workers (the CI box has 2 cores); `make test PYTEST_PARALLEL=` runs serially.
 PYTEST_PARALLEL ?= -n 2
 
-.PHONY: test lint bench smoke venv install-test install-bench peers debian-data report clean notebooks
+.PHONY: test lint bench smoke venv install-test install-bench peers debian-data report clean \
+	notebooks install-docs docs docs-serve docs-check chromium results plan device-check
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -79,5 +80,44 @@ smoke: install-bench peers debian-data
 report: $(PY)
 	$(PY) -m benchmarks report
 
+# Compile (never run) every benchmark's --full training step on the CPU: FLOPs, peak memory and
+# an H100/H200 roofline per run in results/PLAN.md (`make plan BENCH=NAME` for one).
+plan: install-bench
+	$(PY) -m benchmarks plan $(BENCH)
+
+# One prepared check for a machine with an accelerator (also runs on a CPU): the gpu-marked
+# tests, every benchmark's --full --smoke and the three heaviest quick runs, in results/device/.
+device-check: install-bench install-test peers debian-data
+	$(PY) -m benchmarks device-check
+
+# Committed quick-run results (benchmarks/quick/: NAME.json, NAME.md, NAME_*.png), read by the
+# docs' Results pages and the README's methods table. `make results` reruns every benchmark in
+# quick mode and refreshes them; `make results BENCH=NAME` refreshes one.
+BENCH ?= all
+results: install-bench peers debian-data
+	@rm -rf results/quick-refresh; status=0; \
+	$(PY) -m benchmarks run $(BENCH) --quick --out results/quick-refresh || status=$$?; \
+	$(PY) tools/docs_results.py --import-runs results/quick-refresh --readme; exit $$status
+
+# The documentation site (mkdocs.yml, docs/, tools/mkdocs_hooks.py): `make docs` builds it into
+# site/ with --strict (a broken link, a missing reference or a docstring that does not parse
+# fails); `make docs-serve` serves it on 127.0.0.1:8000; `make docs-check` loads every page in
+# headless Chromium (Debian's package; playwright drives it, never downloading a browser).
+# KaTeX comes from the npm registry (pinned, cached in .cache/).
+install-docs: $(PY)
+	$(PIP) install -q -e '.[docs]'
+
+docs: install-docs
+	$(PY) -m mkdocs build --strict
+
+docs-serve: install-docs
+	$(PY) -m mkdocs serve --dev-addr 127.0.0.1:8000
+
+chromium:
+	@command -v chromium >/dev/null 2>&1 || (apt-get update -q && apt-get install -y -q chromium)
+
+docs-check: docs chromium
+	$(PY) tools/docs_check.py --site site --out results/docs-check
+
 clean:
-	rm -rf $(VENV) results
+	rm -rf $(VENV) results site

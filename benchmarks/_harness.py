@@ -179,7 +179,15 @@ def environment(seed: int) -> dict[str, Any]:
     except ImportError:
         version = "unknown"
     devices = jax.devices()
+    try:
+        load_1min = round(os.getloadavg()[0], 2)
+    except OSError:
+        load_1min = None
     return {
+        # When and where: the Results page of the docs states both beside every claim.
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs",
+        "load_1min": load_1min,
         "jax": jax.__version__,
         "jaxgen": version,
         "python": platform.python_version(),

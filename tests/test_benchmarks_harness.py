@@ -74,13 +74,20 @@ def _check_contract(res):
 
 
 @pytest.mark.parametrize(
-    "path", sorted(glob.glob(os.path.join(ROOT, "benchmarks", "reference", "*.json")))
+    "path",
+    sorted(glob.glob(os.path.join(ROOT, "benchmarks", "reference", "*.json")))
+    + sorted(glob.glob(os.path.join(ROOT, "benchmarks", "quick", "*.json"))),
 )
 def test_reference_results_follow_the_contract(path):
+    """Committed runs (reference and quick, read by the docs' Results pages) are complete."""
     with open(path) as f:
         res = json.load(f)
     _check_contract(res)
     assert res["mode"] in load(res["name"]).CONFIGS, res["mode"]
+    assert os.path.basename(path) == f"{res['name']}.json"
+    if os.path.basename(os.path.dirname(path)) == "quick":
+        assert res["mode"] == "quick" and not res.get("smoke")
+        assert {"date", "machine", "commit"} <= set(res["env"]), res["env"]
     base = os.path.splitext(path)[0]
     assert os.path.exists(base + ".md"), f"{path}: no Markdown beside the JSON"
     for fig in res.get("figures", []):

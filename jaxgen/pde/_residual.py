@@ -46,7 +46,7 @@ def fp_log_rhs(
         diffusion: ``x -> a(x) = sigma sigma^T``, shape ``(dim, dim)``.
 
     Returns:
-        F[l](t, x), a scalar.
+        ``F[l](t, x)``, a scalar.
 
     References:
         Saporiti and Nobile, Neural Galerkin normalizing flows for Bayesian inference of
