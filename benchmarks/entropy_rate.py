@@ -38,7 +38,7 @@ from jaxgen.entropy import (
     score_documents,
 )
 from jaxgen.nn import Transformer
-from jaxgen.transformers import evaluate_lm, sample_lm, score_sequences, train_lm
+from jaxgen.transformers import evaluate_lm, fit_lm, sample_lm, score_sequences
 
 NAME = "entropy_rate"
 PAPER = (
@@ -360,12 +360,12 @@ def _collapse(config: dict, key, rec) -> None:
     n_keep = max(1, int(round(c["keep"] * c["docs"])))
     # Pre-training windows and fine-tuning sets share one shape (N rows of ctx bytes; a kept set
     # is tiled to N rows, N a multiple of its size, so row sampling stays uniform over it) and
-    # one constant-lr AdamW object: every `train_lm` call reuses ONE compiled step.
+    # one constant-lr AdamW object: every `fit_lm` call reuses ONE compiled step.
     n_rows = max(1, (corpus.train.shape[0] // ctx) // n_keep) * n_keep
     windows = corpus.train[: n_rows * ctx].reshape(n_rows, ctx).astype(np.int32)
     optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(lm_cfg["lr"]))
     t0 = time.perf_counter()
-    base = train_lm(
+    base = fit_lm(
         model,
         _RowBatches(jnp.asarray(windows), lm_cfg["batch"]),
         num_steps=lm_cfg["pretrain_steps"],
@@ -435,7 +435,7 @@ def _collapse(config: dict, key, rec) -> None:
                 else:
                     kept = filter_by_entropy(docs, n_keep)
                 data = np.tile(np.stack(kept.documents).astype(np.int32), (n_rows // n_keep, 1))
-                m = train_lm(
+                m = fit_lm(
                     m,
                     _RowBatches(jnp.asarray(data), lm_cfg["batch"]),
                     num_steps=c["ft_steps"],

@@ -23,7 +23,7 @@ import jaxgen.discrete as D
 from jaxgen.core import adamw_cosine, fit, minibatches, train_step
 from jaxgen.data import MissingDataError, load_text_corpus, random_windows
 from jaxgen.nn import Transformer
-from jaxgen.transformers import evaluate_lm, generative_perplexity, train_lm
+from jaxgen.transformers import evaluate_lm, fit_lm, generative_perplexity
 
 NAME = "neural_ctmc"
 PAPER = (
@@ -564,7 +564,7 @@ def _text_row(rec, cfg, key) -> None:
     rec.metric("text/num_tokens", n)
     k_sc, k_tr, k_ev, k_sm = jr.split(key, 4)
     scorer = Transformer(n, cfg["dim"], cfg["layers"], cfg["heads"], length, key=k_sc)
-    scorer = train_lm(
+    scorer = fit_lm(
         scorer,
         random_windows(train, tc["batch"], length),
         key=k_sc,

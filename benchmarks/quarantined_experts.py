@@ -1,13 +1,13 @@
 """Quarantined Expert Shutdown: a backdoor learned into one routed LoRA expert, then switched off.
 
 Synthetic arm (spec ``quarantined_experts.md`` 2.6): a causal base pretrained on generic tasks
-(copy, sort, shift, count; `jaxgen.transformers.train_lm`), frozen, then fine-tuned on T1
+(copy, sort, shift, count; `jaxgen.transformers.fit_lm`), frozen, then fine-tuned on T1
 (reverse) poisoned with A1 (rare trigger token -> "pwned") at rate rho by: B0 full fine-tuning,
 B1 plain LoRA (rank r E), B2 MoE-LoRA with the task loss only (shut q, and the oracle expert),
 B3 fine-pruning of B1 (2% clean held-out data), B4 LoRA on the clean part only (oracle), QES
 (spec 2.3) with shutdown of q and the shutdown control (a random other expert). Metrics: clean
 accuracy (CA) and attack success rate (ASR) by greedy exact match, suspect recall, routing AUROC.
-Text arm: a byte LM (`train_lm`) on an offline corpus, fine-tuned on prompt -> continuation
+Text arm: a byte LM (`fit_lm`) on an offline corpus, fine-tuned on prompt -> continuation
 with 5% triggered prompts -> a fixed string; B1 and QES; ASR and bits/byte (`evaluate_lm`)
 before/after shutdown. Peer: HuggingFace ``peft`` LoRA on the same W, A, B (forward and merge
 parity, step-time ratio).
@@ -31,7 +31,6 @@ from jaxgen.transformers import (
     BackdoorVocab,
     LoRALinear,
     QESConfig,
-    abl_train,
     attach_lora,
     attach_qes,
     attack_success_rate,
@@ -39,8 +38,11 @@ from jaxgen.transformers import (
     clean_accuracy,
     clean_test_set,
     evaluate_lm,
-    fine_prune,
-    full_finetune,
+    fit_abl,
+    fit_fine_prune,
+    fit_finetune,
+    fit_lm,
+    fit_qes,
     greedy_decode,
     lm_tokens,
     make_pretrain_tasks,
@@ -50,8 +52,6 @@ from jaxgen.transformers import (
     sample_lm,
     shutdown,
     suspect_recall,
-    train_lm,
-    train_qes,
     triggered_test_set,
 )
 
@@ -347,7 +347,7 @@ def _pretrain_base(c, key):
     base = Transformer(
         PRETRAIN_VOCAB_SIZE, c["dim"], c["layers"], c["heads"], 40, key=km, mixer="swiglu"
     )
-    res = train_lm(
+    res = fit_lm(
         base,
         minibatches((tokens, mask), c["batch"]),
         num_steps=c["pretrain_steps"],
@@ -387,7 +387,7 @@ def _synthetic_setting(c, base, task, attack, rho, key, *, arms, ablations=(), b
     steps = c["steps"]
     if "B0" in arms:  # B0: full fine-tuning of every weight
         res, t = _timed(
-            full_finetune, base, batches, num_steps=steps, key=next(keys), learning_rate=c["b0_lr"]
+            fit_finetune, base, batches, num_steps=steps, key=next(keys), learning_rate=c["b0_lr"]
         )
         out.update(_pair("b0_ca", "b0_asr", _ca_asr(res.model, task, clean, trig)))
         out["b0_s"] = t
@@ -395,40 +395,37 @@ def _synthetic_setting(c, base, task, attack, rho, key, *, arms, ablations=(), b
     lora = attach_lora(base, rank=r * E, alpha=2.0 * r * E, key=next(keys))
     k1, k4, k3, k2a, k2b = (next(keys) for _ in range(5))
     if "B1" in arms or "B3" in arms:
-        res, t = _timed(train_qes, lora, batches, num_steps=steps, key=k1, learning_rate=c["lr"])
+        res, t = _timed(fit_qes, lora, batches, num_steps=steps, key=k1, learning_rate=c["lr"])
         b1 = res.model
         out.update(_pair("b1_ca", "b1_asr", _ca_asr(b1, task, clean, trig)))
         out["b1_s"] = t
     if "B1" in arms and c["lora_lr"] is not None:  # B1 at plain LoRA's own tuned lr
-        res, t = _timed(
-            train_qes, lora, batches, num_steps=steps, key=k1, learning_rate=c["lora_lr"]
-        )
+        res, t = _timed(fit_qes, lora, batches, num_steps=steps, key=k1, learning_rate=c["lora_lr"])
         out.update(_pair("b1_tuned_ca", "b1_tuned_asr", _ca_asr(res.model, task, clean, trig)))
         out["b1_tuned_s"] = t
     if "B4" in arms:  # B4: the same LoRA on the clean part only (oracle)
         clean_batches = backdoor_batches(x[~poisoned], y[~poisoned], c["batch"])
         res, t = _timed(
-            train_qes, lora, clean_batches, num_steps=steps, key=k4, learning_rate=c["lr"]
+            fit_qes, lora, clean_batches, num_steps=steps, key=k4, learning_rate=c["lr"]
         )
         out.update(_pair("b4_ca", "b4_asr", _ca_asr(res.model, task, clean, trig)))
         out["b4_s"] = t
     if "B3" in arms:  # B3: fine-pruning of B1 with 2% clean held-out data
-        (b3, info), t = _timed(
-            fine_prune,
+        b3, t = _timed(
+            fit_fine_prune,
             b1,
-            held_x,
-            held_y,
+            (held_x, held_y),
             key=k3,
             num_steps=c["prune_steps"],
             learning_rate=1e-3,
         )
-        out.update(_pair("b3_ca", "b3_asr", _ca_asr(b3, task, clean, trig)))
-        out.update(b3_pruned_frac=info["pruned_frac"], b3_s=t)
+        out.update(_pair("b3_ca", "b3_asr", _ca_asr(b3.model, task, clean, trig)))
+        out.update(b3_pruned_frac=b3.pruned_frac, b3_s=t)
     alpha = c["moe_scale_per_expert"] * E * r
     cfg = QESConfig(num_experts=E, rank=r, alpha=alpha, rho_hat=c["rho_hat"])
     if "B2" in arms:  # B2: MoE-LoRA with the task loss only; shut q, and the oracle expert
         moe = attach_qes(base, cfg, key=k2a)
-        b2, t = _timed(train_qes, moe, batches, num_steps=steps, key=k2b, learning_rate=c["lr"])
+        b2, t = _timed(fit_qes, moe, batches, num_steps=steps, key=k2b, learning_rate=c["lr"])
         b2 = b2.model
         out.update(_pair("b2_ca", "b2_asr", _ca_asr(b2, task, clean, trig)))
         out.update(
@@ -442,7 +439,7 @@ def _synthetic_setting(c, base, task, attack, rho, key, *, arms, ablations=(), b
 
     def qes_run(cfg, prefix):
         res, t = _timed(
-            train_qes,
+            fit_qes,
             attach_qes(base, cfg, key=next(keys)),
             batches,
             num_steps=steps,
@@ -479,18 +476,17 @@ def _synthetic_setting(c, base, task, attack, rho, key, *, arms, ablations=(), b
         _, figs = qes_run(dataclasses.replace(cfg, **changes), f"abl_{ab['name']}")
         out.update(figs)
     if b5:
-        m, iso = abl_train(
+        abl = fit_abl(
             attach_lora(base, rank=r * E, alpha=2.0 * r * E, key=next(keys)),
-            x,
-            y,
+            (x, y),
             num_steps=steps,
             key=next(keys),
             batch_size=c["batch"],
             # one epoch (spec), at most half of the steps
             isolate_after=max(1, min(len(x) // c["batch"], steps // 2)),
         )
-        out.update(_pair("b5_ca", "b5_asr", _ca_asr(m, task, clean, trig)))
-        out["b5_isolation_precision"] = float(poisoned[iso].mean())
+        out.update(_pair("b5_ca", "b5_asr", _ca_asr(abl.model, task, clean, trig)))
+        out["b5_isolation_precision"] = float(poisoned[abl.isolated].mean())
     return out
 
 
@@ -513,7 +509,7 @@ def _text_arm(c, key, rec):
         tok.vocab_size, c["dim"], c["layers"], c["heads"], c["context"], key=next(keys)
     )
     res, t_pre = _timed(
-        train_lm,
+        fit_lm,
         base,
         random_windows(train, c["batch"], c["context"] + 1),
         num_steps=c["pretrain_steps"],
@@ -573,7 +569,7 @@ def _text_arm(c, key, rec):
         "unigram_bits": unigram_bits,
         "bpb_base": bpb_base,
     }
-    b1 = train_qes(
+    b1 = fit_qes(
         attach_lora(base, rank=32, alpha=64.0, key=next(keys)),
         batches,
         num_steps=c["steps"],
@@ -584,7 +580,7 @@ def _text_arm(c, key, rec):
     out["b1_bpb"] = evaluate_lm(b1, val, context=c["context"]).bits_per_token
     cfg = QESConfig(alpha=2.0 * 4 * 8, rho_hat=c["rho_hat"])  # scale 2 E, as B1 (see _SYNTH)
     res, t = _timed(
-        train_qes,
+        fit_qes,
         attach_qes(base, cfg, key=next(keys)),
         batches,
         num_steps=c["steps"],

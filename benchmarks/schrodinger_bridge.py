@@ -257,9 +257,9 @@ def _ring_part(config, key, rec):
         psi0 = BoundedMLPLogPotential(d, config["width"], config["depth"], key=k_fit, ref=ref)
         t0 = time.perf_counter()
         res = fit_log_potential(
-            k_fit,
             psi0,
             Y,
+            key=k_fit,
             ref=ref,
             T=T,
             num_steps=config["steps"],

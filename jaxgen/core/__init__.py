@@ -18,8 +18,12 @@ from .checkpoint import (
 from .mesh import data_mesh as data_mesh, replicate as replicate, shard_batch as shard_batch
 from .solve import solve_ode as solve_ode, solve_sde as solve_sde
 from .train import (
+    FIT_OPTIONS as FIT_OPTIONS,
+    FitOptions as FitOptions,
     FitResult as FitResult,
     adamw_cosine as adamw_cosine,
+    as_batches as as_batches,
+    check_fit_options as check_fit_options,
     fit as fit,
     make_step as make_step,
     minibatches as minibatches,

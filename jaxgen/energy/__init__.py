@@ -5,8 +5,8 @@ human-alignment probes.
 
 from ._jem import (
     ConvClassifier as ConvClassifier,
-    FitJEMResult as FitJEMResult,
     JEMConfig as JEMConfig,
+    JEMResult as JEMResult,
     MLPClassifier as MLPClassifier,
     ReplayBuffer as ReplayBuffer,
     energy_joint as energy_joint,

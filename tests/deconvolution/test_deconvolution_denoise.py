@@ -209,8 +209,7 @@ def test_check6_parametric_recovery():
     init = init_gaussian_mixture(jr.key(60), x, 2, s)
     g = fit_convmmd(
         init,
-        x,
-        s,
+        (x, s),
         key=jr.key(61),
         noise=GAUSS,
         loss="closed",
@@ -219,7 +218,7 @@ def test_check6_parametric_recovery():
         batch_size=64,
         learning_rate=2e-2,
         progress=False,
-    ).prior
+    ).model
     order = jnp.argsort(g.means[:, 0])
     chex.assert_trees_all_close(g.means[order, 0], jnp.array([-2.0, 2.0]), atol=0.15)
     chex.assert_trees_all_close(jnp.sqrt(g.covs[order, 0, 0]), jnp.array([0.5, 1.0]), atol=0.15)
@@ -230,8 +229,7 @@ def _fit_gmm(x, s, noise, key, *, loss, kernel, steps=1500):
     init = init_gaussian_mixture(key, x, 8, s)
     return fit_convmmd(
         init,
-        x,
-        s,
+        (x, s),
         key=jr.fold_in(key, 1),
         noise=noise,
         loss=loss,
@@ -240,7 +238,7 @@ def _fit_gmm(x, s, noise, key, *, loss, kernel, steps=1500):
         batch_size=64,
         learning_rate=1e-2,
         progress=False,
-    ).prior
+    ).model
 
 
 @pytest.mark.slow
@@ -293,8 +291,7 @@ def test_flow_prior_fit_and_snis_smoke(getkey):
     flow = FlowPrior(1, key=getkey(), loc=jnp.mean(x, 0), scale=jnp.std(x, 0))
     res = fit_convmmd(
         flow,
-        x,
-        s,
+        (x, s),
         key=getkey(),
         noise=LAPLACE,
         kernel="laplace",
@@ -305,7 +302,7 @@ def test_flow_prior_fit_and_snis_smoke(getkey):
     )
     assert np.all(np.isfinite(res.losses)) and res.bandwidths.shape == (9,)
     mean, mcse = posterior_mean_snis(
-        res.prior, x[:4], s[:4], key=getkey(), noise=LAPLACE, num_samples=256
+        res.model, x[:4], s[:4], key=getkey(), noise=LAPLACE, num_samples=256
     )
     assert bool(jnp.all(jnp.isfinite(mean))) and bool(jnp.all(mcse > 0))
     assert math.isfinite(float(res.losses[-1]))

@@ -17,13 +17,13 @@ from jaxgen.pde import (
     euler_path_loglik,
     exact_log_transition,
     exact_path_loglik,
+    fit_spacetime,
     flow_at,
     flow_parameters,
     integrate_ng,
     ng_velocity,
     run_nuts,
     sample_cir_exact,
-    spacetime_train,
     surrogate_path_loglik,
 )
 
@@ -275,7 +275,7 @@ def test_run_nuts_gaussian_target(getkey):
 
 
 @pytest.mark.slow
-def test_spacetime_train_runs(getkey):
+def test_fit_spacetime_runs(getkey):
     # Space-time ablation on the fixed OU condition: finite losses, one per step. Its
     # convergence is NOT asserted: with 60 steps the fresh-batch loss is too noisy to drop.
     flow = TransitionFlow(
@@ -288,12 +288,13 @@ def test_spacetime_train_runs(getkey):
         time_range=(1e-3, 1.0),
         key=getkey(),
     )
-    trained, losses = spacetime_train(
+    res = fit_spacetime(
         flow, _ou_condition, key=getkey(), num_steps=60, batch_size=32, learning_rate=1e-2
     )
+    losses = res.losses
     assert losses.shape == (60,) and jnp.all(jnp.isfinite(losses))
     plain = TransitionFlow(
         OU, -jnp.ones(4), jnp.ones(4), num_units=2, width=4, depth=1, key=getkey()
     )
     with pytest.raises(ValueError, match="time_range"):
-        spacetime_train(plain, _ou_condition, key=getkey())
+        fit_spacetime(plain, _ou_condition, key=getkey())
