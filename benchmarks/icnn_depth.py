@@ -130,7 +130,7 @@ def _max_one(z):
 @eqx.filter_jit
 def _sup_vs_max(model, key, n, samples, starts, ascent):
     return sup_error(
-        model, _max_one, key, n, num_samples=samples, num_starts=starts, num_ascent=ascent
+        key, model, _max_one, n, num_samples=samples, num_starts=starts, num_ascent=ascent
     )
 
 

@@ -347,9 +347,9 @@ def run(config: dict, key, rec) -> None:
             nelbo_seq.setdefault(method, []).append(np.asarray(val) / length)
             for k_steps in cfg["sample_steps"]:
                 smp = D.sample(
+                    jr.fold_in(k_samp, k_steps),
                     bundle.net,
                     bundle.schedule,
-                    jr.fold_in(k_samp, k_steps),
                     cfg["num_samples"],
                     length,
                     k_steps,
@@ -590,9 +590,9 @@ def _text_row(rec, cfg, key) -> None:
         v = _nelbo_batch(bundle.net, bundle.schedule, x_val, k_ev, param, cfg["eval_times"])
         valn[method] = float(jnp.mean(v)) / length
         smp = D.sample(
+            k_sm,
             bundle.net,
             bundle.schedule,
-            k_sm,
             tc["num_samples"],
             length,
             tc["sample_steps"],

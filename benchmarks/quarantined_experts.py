@@ -341,7 +341,7 @@ def _pretrain_base(c, key):
     kd, km, kt, ke = jr.split(key, 4)
     lengths, tasks = c["pretrain_lengths"], c["pretrain_tasks"]
     n = c["pretrain_samples"]
-    x, y = make_pretrain_tasks(n, key=kd, lengths=lengths, tasks=tasks)
+    x, y = make_pretrain_tasks(kd, n, lengths=lengths, tasks=tasks)
     tokens, weights = lm_tokens(x, y)
     mask = jnp.concatenate([jnp.zeros_like(weights[:, :1]), weights], axis=1) > 0
     base = Transformer(
@@ -355,7 +355,7 @@ def _pretrain_base(c, key):
         learning_rate=c["pretrain_lr"],
         weight_decay=0.0,
     )
-    xt, yt = make_pretrain_tasks(300, key=ke, lengths=lengths, tasks=tasks)
+    xt, yt = make_pretrain_tasks(ke, 300, lengths=lengths, tasks=tasks)
     pred = np.asarray(_decode(res.model, jnp.asarray(xt)))
     acc = clean_accuracy(pred, yt)
     per_task = {
@@ -370,13 +370,13 @@ def _synthetic_setting(c, base, task, attack, rho, key, *, arms, ablations=(), b
     """Every method of ``arms`` on one (task, attack, rho, seed); a flat dict of figures."""
     keys = iter(jr.split(key, 32))
     lengths = c["lengths"] if task == "reverse" else None
-    x, y = make_task(task, c["n_train"], key=next(keys), lengths=lengths)
-    x, y, poisoned = poison(x, y, task=task, attack=attack, rate=rho, key=next(keys))
-    clean = clean_test_set(task, c["n_test"], key=next(keys), lengths=lengths)
-    trig = triggered_test_set(task, attack, c["n_test"], key=next(keys), lengths=lengths)
-    val_trig = triggered_test_set(task, attack, 64, key=next(keys), lengths=lengths)
+    x, y = make_task(next(keys), task, c["n_train"], lengths=lengths)
+    x, y, poisoned = poison(next(keys), x, y, task=task, attack=attack, rate=rho)
+    clean = clean_test_set(next(keys), task, c["n_test"], lengths=lengths)
+    trig = triggered_test_set(next(keys), task, attack, c["n_test"], lengths=lengths)
+    val_trig = triggered_test_set(next(keys), task, attack, 64, lengths=lengths)
     held_x, held_y = make_task(
-        task, max(32, round(c["heldout_frac"] * c["n_train"])), key=next(keys), lengths=lengths
+        next(keys), task, max(32, round(c["heldout_frac"] * c["n_train"])), lengths=lengths
     )
     batches = backdoor_batches(x, y, c["batch"], poisoned)
     out = {"poison_count": int(poisoned.sum())}

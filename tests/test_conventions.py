@@ -60,6 +60,18 @@ LOSS_EXEMPT = {
     "bridges.path_loss": "as `full_tree_loss`, on a batch of leaf paths",
     "flows.fake_score_loss": "one player of the two-network score-distillation step",
     "flows.vsd_loss": "one player of the two-network score-distillation step",
+    # Known deviations, left for their families (a second model-side object before the batch;
+    # plug them into `fit` with a lambda, e.g. ``lambda m, b, k: gidd_loss(m, schedule, b, k)``).
+    "flows.splitmeanflow_loss": "(student, teacher, batch, key): the teacher is positional",
+    "discrete.gidd_loss": "(model, schedule, x, key): the noise schedule is positional",
+    "discrete.mdlm_loss": "(model, schedule, x, key): the noise schedule is positional",
+    "discrete.nelbo": "(model, schedule, x, key): the noise schedule is positional",
+    "discrete.neural_ctmc_loss": "(model, schedule, x, key): the noise schedule is positional",
+    "discrete.sedd_loss": "(model, schedule, x, key): the noise schedule is positional",
+    "deconvolution.convmmd_loss": (
+        "(prior, x, scales, *, key, ...): a U-statistic of the two arrays; `fit_convmmd` adapts it"
+    ),
+    "deconvolution.convmmd_loss_gmm_marginal": "as `convmmd_loss`",
 }
 
 # Functions that build a module (constructors): `key` keyword-only, like equinox.
@@ -162,7 +174,6 @@ def test_fit_options_are_fit_keywords():
     assert sig.parameters["progress"].default is True
 
 
-@pytest.mark.xfail(strict=True, reason="the random functions are reordered in the next commit")
 def test_random_functions_take_key_first():
     bad = []
     for qualname, fn in FUNCTIONS.items():

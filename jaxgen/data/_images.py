@@ -82,7 +82,7 @@ def load_skimage_grey(name: str) -> np.ndarray:
     return image / 255.0
 
 
-def extract_patches(image: np.ndarray, size: int, *, key: PRNGKeyArray, num: int) -> np.ndarray:
+def extract_patches(key: PRNGKeyArray, image: np.ndarray, size: int, *, num: int) -> np.ndarray:
     """``num`` square patches at uniformly random positions (with replacement) of a 2-D image.
 
     Args:

@@ -208,9 +208,9 @@ def _sample_model(model, schedule, key, num, length, steps, method, parameteriza
 
 
 def sample(
+    key: PRNGKeyArray,
     model: DiffusionTransformer,
     schedule: InterpolatingSchedule,
-    key: PRNGKeyArray,
     num: int,
     length: int,
     steps: int,

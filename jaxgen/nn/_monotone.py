@@ -93,9 +93,9 @@ def corner_floor(
 
 
 def sup_error(
+    key: PRNGKeyArray,
     f: ScalarFn,
     g: ScalarFn,
-    key: PRNGKeyArray,
     n: int,
     *,
     low: float = -1.0,

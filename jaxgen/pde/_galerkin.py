@@ -201,11 +201,11 @@ def _ng_field(s: Array, theta: Array, args: tuple) -> Array:
 
 
 def integrate_ng(
+    key: PRNGKeyArray,
     flow: TransitionFlow,
     sample_condition: ConditionSampler,
     delta: float,
     *,
-    key: PRNGKeyArray,
     num_steps: int = 60,
     num_colloc: int = 1024,
     t_min_ratio: float = 1e-4,

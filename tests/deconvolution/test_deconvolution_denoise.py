@@ -73,7 +73,7 @@ def snis_run():
     x = jnp.array([[-3.0], [-1.0], [0.2], [1.5], [4.0], [40.0]])
     s = jnp.array([[0.5], [1.0], [0.3], [0.05], [2.0], [0.5]])
     mean, mcse = jax.jit(
-        lambda k: posterior_mean_snis(gmm, x, s, key=k, noise=GAUSS, num_samples=1024)
+        lambda k: posterior_mean_snis(k, gmm, x, s, noise=GAUSS, num_samples=1024)
     )(jr.key(7))
     return gmm, x, s, mean, mcse
 
@@ -96,7 +96,7 @@ def test_snis_laplace_noise_matches_quadrature(getkey):
     gmm = _gmm(1)
     x, s = jnp.array([[-2.0], [0.5], [3.0]]), jnp.array([[0.7], [1.0], [0.4]])
     mean, mcse = jax.jit(
-        lambda k: posterior_mean_snis(gmm, x, s, key=k, noise=LAPLACE, num_samples=1024)
+        lambda k: posterior_mean_snis(k, gmm, x, s, noise=LAPLACE, num_samples=1024)
     )(getkey())
     grid = jnp.linspace(-12, 12, 6001)[:, None]
     quad = npmle_posterior_mean(x, s, grid, jnp.exp(gmm.log_prob(grid)), noise=LAPLACE)
@@ -302,7 +302,7 @@ def test_flow_prior_fit_and_snis_smoke(getkey):
     )
     assert np.all(np.isfinite(res.losses)) and res.bandwidths.shape == (9,)
     mean, mcse = posterior_mean_snis(
-        res.model, x[:4], s[:4], key=getkey(), noise=LAPLACE, num_samples=256
+        getkey(), res.model, x[:4], s[:4], noise=LAPLACE, num_samples=256
     )
     assert bool(jnp.all(jnp.isfinite(mean))) and bool(jnp.all(mcse > 0))
     assert math.isfinite(float(res.losses[-1]))

@@ -63,8 +63,8 @@ def setup():
     kb, kq, kl, kr, kd, kp = jr.split(key, 6)
     base = Transformer(V.size, 8, 1, 2, 40, key=kb)
     qes = _randomise(attach_qes(base, CFG, key=kq), kr)
-    x, y = make_task("reverse", 64, key=kd)
-    x, y, poisoned = poison(x, y, task="reverse", attack="rare_token", rate=0.125, key=kp)
+    x, y = make_task(kd, "reverse", 64)
+    x, y, poisoned = poison(kp, x, y, task="reverse", attack="rare_token", rate=0.125)
     batch = backdoor_batches(x, y, 8, poisoned)(jr.key(3))
     forward = eqx.filter_jit(jax.vmap(lambda m, t: m.forward(t), in_axes=(None, 0)))
     return base, qes, batch, forward
@@ -197,8 +197,8 @@ def test_qes_loss_and_masked_training_step(setup):
 @pytest.mark.slow  # fast twin: test_qes_loss_and_masked_training_step / forward
 def test_train_qes_through_fit_reports_recall(setup):
     _, qes, _, _ = setup
-    x, y = make_task("reverse", 32, key=jr.key(5))
-    x, y, poisoned = poison(x, y, task="reverse", attack="rare_token", rate=0.125, key=jr.key(6))
+    x, y = make_task(jr.key(5), "reverse", 32)
+    x, y, poisoned = poison(jr.key(6), x, y, task="reverse", attack="rare_token", rate=0.125)
     res = fit_qes(
         qes,
         backdoor_batches(x, y, 8, poisoned),
@@ -267,7 +267,7 @@ def test_adapter_task_loss_signs_isolated_samples(setup):
 @pytest.mark.slow  # fast twin: test_adapter_task_loss_signs_isolated_samples
 def test_fit_abl_and_fit_fine_prune_return_fit_results(setup):
     base, _, _, _ = setup
-    x, y = make_task("reverse", 32, key=jr.key(8))
+    x, y = make_task(jr.key(8), "reverse", 32)
     lora = attach_lora(base, rank=2, alpha=4.0, key=jr.key(9))
     abl = fit_abl(lora, (x, y), key=jr.key(10), num_steps=4, batch_size=8, isolate_after=2)
     assert isinstance(abl, ABLResult) and abl.losses.shape == (4,)

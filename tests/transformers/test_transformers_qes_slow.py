@@ -50,7 +50,7 @@ def _ca_asr(model, clean, trig):
 
 @pytest.fixture(scope="module")
 def world():
-    x, y = make_pretrain_tasks(3000, key=jr.key(10))
+    x, y = make_pretrain_tasks(jr.key(10), 3000)
     tokens, weights = lm_tokens(x, y)
     mask = jnp.concatenate([jnp.zeros_like(weights[:, :1]), weights], axis=1) > 0
     base = Transformer(PRETRAIN_VOCAB_SIZE, 64, 2, 4, 40, key=jr.key(11))
@@ -62,14 +62,14 @@ def world():
         learning_rate=3e-3,
         weight_decay=0.0,
     ).model
-    clean = clean_test_set("reverse", N_TEST, key=jr.key(13))
-    trig = triggered_test_set("reverse", "rare_token", N_TEST, key=jr.key(14))
+    clean = clean_test_set(jr.key(13), "reverse", N_TEST)
+    trig = triggered_test_set(jr.key(14), "reverse", "rare_token", N_TEST)
     return base, clean, trig
 
 
 def _data(seed):
-    x, y = make_task("reverse", N_TRAIN, key=jr.key(100 + seed))
-    return poison(x, y, task="reverse", attack="rare_token", rate=0.05, key=jr.key(200 + seed))
+    x, y = make_task(jr.key(100 + seed), "reverse", N_TRAIN)
+    return poison(jr.key(200 + seed), x, y, task="reverse", attack="rare_token", rate=0.05)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
