@@ -12,7 +12,7 @@ from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 from ..core import FitOptions, FitResult, adamw_cosine, check_fit_options, fit, minibatches
 from ._likelihood import _e1_from_bank, source_bank_log_h
 from ._potential import AbstractClosedFormLogPotential, AbstractLogPotential
-from ._quadrature import Quadrature
+from ._quadrature import monte_carlo
 from ._reference import AbstractReference, _positive
 
 
@@ -91,12 +91,9 @@ class SBNLLLoss(eqx.Module):
         d = self.ref.dim
         bank_key, inner_key = jr.split(key)
         bank = jr.normal(bank_key, (self.num_sources, d), batch.dtype)
-        if isinstance(psi, AbstractClosedFormLogPotential):
-            inner = None
-        else:
-            half = jr.normal(inner_key, (self.num_inner // 2, d), batch.dtype)
-            nodes = jnp.concatenate([half, -half])
-            inner = Quadrature(nodes, jnp.zeros(self.num_inner, batch.dtype))
+        inner = None
+        if not isinstance(psi, AbstractClosedFormLogPotential):
+            inner = monte_carlo(inner_key, d, self.num_inner, dtype=batch.dtype)
         lh = source_bank_log_h(psi, self.ref, self.T, bank, inner)
         ll = jax.vmap(lambda y: _e1_from_bank(psi, self.ref, y, self.T, bank, lh))(batch)
         centre = jnp.mean(jax.vmap(psi)(bank))
@@ -187,8 +184,7 @@ def _evaluate_nll(key: Any, psi: Any, Y: Any, ref: Any, T: Any, N: int, M: int) 
     bank = jr.normal(bank_key, (N, d), Y.dtype)
     inner = None
     if not isinstance(psi, AbstractClosedFormLogPotential):
-        half = jr.normal(inner_key, (M // 2, d), Y.dtype)
-        inner = Quadrature(jnp.concatenate([half, -half]), jnp.zeros(2 * (M // 2), Y.dtype))
+        inner = monte_carlo(inner_key, d, 2 * (M // 2), dtype=Y.dtype)
     lh = source_bank_log_h(psi, ref, T, bank, inner)
     ll = jax.lax.map(lambda y: _e1_from_bank(psi, ref, y, T, bank, lh), Y, batch_size=256)
     return -jnp.mean(ll)

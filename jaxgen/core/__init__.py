@@ -18,7 +18,7 @@ checks them on the public signatures):
 """
 
 from ._iterate import IterateOutput as IterateOutput, iterate as iterate
-from ._linalg import psd_sqrt as psd_sqrt
+from ._linalg import gaussian_logpdf_chol as gaussian_logpdf_chol, psd_sqrt as psd_sqrt
 from ._mmd import (
     check_kernel as check_kernel,
     kernel_gram as kernel_gram,
