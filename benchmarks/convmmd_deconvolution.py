@@ -21,7 +21,12 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
-from jaxgen.data import laplace_mixture_1d, laplace_mixture_1d_density, load_baseball
+from jaxgen.data import (
+    laplace_mixture_1d,
+    laplace_mixture_1d_density,
+    load_baseball,
+    sample_toy_2d,
+)
 from jaxgen.deconvolution import (
     FlowPrior,
     NoiseModel,
@@ -390,11 +395,10 @@ def _bookkeeping(rec, key, cfg):
 
 
 def _moons(n, key):
-    from sklearn.datasets import make_moons
-
-    seed = int(jr.randint(key, (), 0, 2**31 - 1))
-    z, _ = make_moons(n, noise=0.05, random_state=seed)
-    return jnp.asarray(z)
+    """scikit-learn's ``make_moons(noise=0.05)`` distribution, drawn by `sample_toy_2d`: its
+    ``"two_moons"`` is the same half circles centred by (1/2, 1/4) and scaled by 2, noise 0.1.
+    """
+    return sample_toy_2d(key, "two_moons", n) / 2 + jnp.array([0.5, 0.25])
 
 
 def _mixture_latent(n, d, key):

@@ -17,13 +17,12 @@ import shutil
 import time
 import zlib
 
-import equinox as eqx
-import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 import optax
 
+from benchmarks._harness import timed
 from jaxgen.data import ByteTokenizer, load_text_corpus
 from jaxgen.entropy import (
     diversity_metrics,
@@ -139,12 +138,6 @@ def _compression_rate(x: np.ndarray, method: str) -> float:
     data = np.asarray(x, np.uint8).tobytes()
     comp = lzma.compress(data, preset=9) if method == "lzma" else zlib.compress(data, 9)
     return 8.0 * len(comp) / len(data)
-
-
-def _timed(fn, *args, **kwargs) -> tuple[float, object]:
-    t0 = time.perf_counter()
-    out = fn(*args, **kwargs)
-    return time.perf_counter() - t0, out
 
 
 def _accuracy(config: dict, key, rec) -> None:
@@ -267,11 +260,11 @@ def _speed(config: dict, key, rec) -> None:
     path = np.asarray(sample_markov(key, p4, max(config["speed_ns"] + [config["brute_n"]])))
     for n in config["speed_ns"]:
         x = path[:n]
-        t_fast, lam = _timed(match_lengths, x)
+        lam, t_fast = timed(match_lengths, x)
         res["n"].append(n)
         res["suffix_array_s"].append(t_fast)
-        res["zlib_s"].append(_timed(_compression_rate, x, "zlib")[0])
-        res["lzma_s"].append(_timed(_compression_rate, x, "lzma")[0])
+        res["zlib_s"].append(timed(_compression_rate, x, "zlib")[1])
+        res["lzma_s"].append(timed(_compression_rate, x, "lzma")[1])
         if pds is not None:
             xb = np.ascontiguousarray(x.astype(np.uint8))
             t0 = time.perf_counter()
@@ -295,8 +288,8 @@ def _speed(config: dict, key, rec) -> None:
     rec.peer("zlib/lzma timing", {"n": res["n"], "zlib_s": res["zlib_s"], "lzma_s": res["lzma_s"]})
     nb = config["brute_n"]
     xb = path[-nb:]
-    t_fast, fast = _timed(match_lengths, xb)
-    t_brute, brute = _timed(match_lengths_bruteforce, xb)
+    fast, t_fast = timed(match_lengths, xb)
+    brute, t_brute = timed(match_lengths_bruteforce, xb)
     rec.metric(
         "brute_force",
         {
@@ -332,19 +325,6 @@ def _speed(config: dict, key, rec) -> None:
         ax.legend(fontsize=8)
 
 
-class _RowBatches(eqx.Module):
-    """Pure sampler of rows of a fixed-shape token array: an eqx.Module, so that a new data
-    array of the same shape reuses the compiled training step (a closure would recompile).
-    """
-
-    tokens: jax.Array
-    batch_size: int = eqx.field(static=True)
-
-    def __call__(self, key):
-        idx = jr.randint(key, (self.batch_size,), 0, self.tokens.shape[0])
-        return self.tokens[idx]
-
-
 def _corpus(cfg: dict):
     name = "bible-kjv" if shutil.which("bible") else "python_stdlib"
     return load_text_corpus(name, max_bytes=cfg["corpus_bytes"]), name
@@ -367,7 +347,8 @@ def _collapse(config: dict, key, rec) -> None:
     t0 = time.perf_counter()
     base = fit_lm(
         model,
-        _RowBatches(jnp.asarray(windows), lm_cfg["batch"]),
+        jnp.asarray(windows),
+        batch_size=lm_cfg["batch"],
         num_steps=lm_cfg["pretrain_steps"],
         key=k_pre,
         optimizer=optimizer,
@@ -437,7 +418,8 @@ def _collapse(config: dict, key, rec) -> None:
                 data = np.tile(np.stack(kept.documents).astype(np.int32), (n_rows // n_keep, 1))
                 m = fit_lm(
                     m,
-                    _RowBatches(jnp.asarray(data), lm_cfg["batch"]),
+                    jnp.asarray(data),
+                    batch_size=lm_cfg["batch"],
                     num_steps=c["ft_steps"],
                     key=k_ft,
                     optimizer=optimizer,

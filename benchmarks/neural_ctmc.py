@@ -10,7 +10,6 @@ causal transformer (`jaxgen.transformers`) trained on the same symbols (generati
 next to the samples' unigram entropy.
 """
 
-import functools
 from typing import NamedTuple
 
 import equinox as eqx
@@ -255,16 +254,6 @@ def _nelbo_batch(net, schedule, x, key, parameterization, num_times):
     )
 
 
-@functools.cache
-def _optimizer(learning_rate: float, steps: int):
-    """One AdamW-cosine object per (lr, steps).
-
-    `fit`'s compiled step is keyed on the optimizer object, so every seed of a method reuses one
-    compilation.
-    """
-    return adamw_cosine(learning_rate, steps, warmup_steps=max(1, steps // 20))
-
-
 class Trained(NamedTuple):
     """A trained bundle with what `fit` compiled its step against (for the throughput timing)."""
 
@@ -281,7 +270,7 @@ def _train(method: str, n: int, cfg: dict, batches, steps: int, length: int, key
     net = D.DiffusionTransformer(
         sched.vocab_size, cfg["dim"], cfg["layers"], cfg["heads"], length, key=km
     )
-    opt = _optimizer(cfg["lr"], steps)
+    opt = adamw_cosine(cfg["lr"], steps, warmup_steps=max(1, steps // 20))  # cached: one compile
     res = fit(
         bundle_loss, Bundle(net, sched, loss), batches, opt, num_steps=steps, key=kf, progress=False
     )

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
+from benchmarks._harness import timed
 from jaxgen.core import minibatches
 from jaxgen.data import ByteTokenizer, load_text_corpus, random_windows
 from jaxgen.nn import Transformer
@@ -328,12 +329,6 @@ def _pair(ca_key, asr_key, values):
     return {ca_key: values[0], asr_key: values[1]}
 
 
-def _timed(fn, *args, **kwargs):
-    t0 = time.perf_counter()
-    out = fn(*args, **kwargs)
-    return out, time.perf_counter() - t0
-
-
 # ------------------------------------------------------------------------------ synthetic arm
 
 
@@ -386,7 +381,7 @@ def _synthetic_setting(c, base, task, attack, rho, key, *, arms, ablations=(), b
 
     steps = c["steps"]
     if "B0" in arms:  # B0: full fine-tuning of every weight
-        res, t = _timed(
+        res, t = timed(
             fit_finetune, base, batches, num_steps=steps, key=next(keys), learning_rate=c["b0_lr"]
         )
         out.update(_pair("b0_ca", "b0_asr", _ca_asr(res.model, task, clean, trig)))
@@ -395,23 +390,21 @@ def _synthetic_setting(c, base, task, attack, rho, key, *, arms, ablations=(), b
     lora = attach_lora(base, rank=r * E, alpha=2.0 * r * E, key=next(keys))
     k1, k4, k3, k2a, k2b = (next(keys) for _ in range(5))
     if "B1" in arms or "B3" in arms:
-        res, t = _timed(fit_qes, lora, batches, num_steps=steps, key=k1, learning_rate=c["lr"])
+        res, t = timed(fit_qes, lora, batches, num_steps=steps, key=k1, learning_rate=c["lr"])
         b1 = res.model
         out.update(_pair("b1_ca", "b1_asr", _ca_asr(b1, task, clean, trig)))
         out["b1_s"] = t
     if "B1" in arms and c["lora_lr"] is not None:  # B1 at plain LoRA's own tuned lr
-        res, t = _timed(fit_qes, lora, batches, num_steps=steps, key=k1, learning_rate=c["lora_lr"])
+        res, t = timed(fit_qes, lora, batches, num_steps=steps, key=k1, learning_rate=c["lora_lr"])
         out.update(_pair("b1_tuned_ca", "b1_tuned_asr", _ca_asr(res.model, task, clean, trig)))
         out["b1_tuned_s"] = t
     if "B4" in arms:  # B4: the same LoRA on the clean part only (oracle)
         clean_batches = backdoor_batches(x[~poisoned], y[~poisoned], c["batch"])
-        res, t = _timed(
-            fit_qes, lora, clean_batches, num_steps=steps, key=k4, learning_rate=c["lr"]
-        )
+        res, t = timed(fit_qes, lora, clean_batches, num_steps=steps, key=k4, learning_rate=c["lr"])
         out.update(_pair("b4_ca", "b4_asr", _ca_asr(res.model, task, clean, trig)))
         out["b4_s"] = t
     if "B3" in arms:  # B3: fine-pruning of B1 with 2% clean held-out data
-        b3, t = _timed(
+        b3, t = timed(
             fit_fine_prune,
             b1,
             (held_x, held_y),
@@ -425,7 +418,7 @@ def _synthetic_setting(c, base, task, attack, rho, key, *, arms, ablations=(), b
     cfg = QESConfig(num_experts=E, rank=r, alpha=alpha, rho_hat=c["rho_hat"])
     if "B2" in arms:  # B2: MoE-LoRA with the task loss only; shut q, and the oracle expert
         moe = attach_qes(base, cfg, key=k2a)
-        b2, t = _timed(fit_qes, moe, batches, num_steps=steps, key=k2b, learning_rate=c["lr"])
+        b2, t = timed(fit_qes, moe, batches, num_steps=steps, key=k2b, learning_rate=c["lr"])
         b2 = b2.model
         out.update(_pair("b2_ca", "b2_asr", _ca_asr(b2, task, clean, trig)))
         out.update(
@@ -438,7 +431,7 @@ def _synthetic_setting(c, base, task, attack, rho, key, *, arms, ablations=(), b
         out.update(b2_oracle_expert=oracle, b2_s=t)
 
     def qes_run(cfg, prefix):
-        res, t = _timed(
+        res, t = timed(
             fit_qes,
             attach_qes(base, cfg, key=next(keys)),
             batches,
@@ -508,7 +501,7 @@ def _text_arm(c, key, rec):
     base = Transformer(
         tok.vocab_size, c["dim"], c["layers"], c["heads"], c["context"], key=next(keys)
     )
-    res, t_pre = _timed(
+    res, t_pre = timed(
         fit_lm,
         base,
         random_windows(train, c["batch"], c["context"] + 1),
@@ -579,7 +572,7 @@ def _text_arm(c, key, rec):
     out["b1_asr"] = asr(b1)
     out["b1_bpb"] = evaluate_lm(b1, val, context=c["context"]).bits_per_token
     cfg = QESConfig(alpha=2.0 * 4 * 8, rho_hat=c["rho_hat"])  # scale 2 E, as B1 (see _SYNTH)
-    res, t = _timed(
+    res, t = timed(
         fit_qes,
         attach_qes(base, cfg, key=next(keys)),
         batches,
@@ -675,9 +668,9 @@ def run(config, key, rec):
     """Peer parity, base pretraining, every synthetic setting and seed, then the text arm."""
     k_peer, k_base, k_set, k_text = jr.split(key, 4)
     phases = {}
-    parity, phases["peft_s"] = _timed(_peft_peer, config["peft"], k_peer, rec)
+    parity, phases["peft_s"] = timed(_peft_peer, config["peft"], k_peer, rec)
     c = config["synthetic"]
-    (base, base_acc, per_task), t = _timed(_pretrain_base, c, k_base)
+    (base, base_acc, per_task), t = timed(_pretrain_base, c, k_base)
     rec.metric("base_pretrain_accuracy", base_acc)
     rec.metric("base_pretrain_accuracy_per_task", per_task)
     rec.metric("base_pretrain_s", t)
@@ -705,7 +698,7 @@ def run(config, key, rec):
     main = next(iter(results.values()))
     for k, v in main.items():
         rec.metric(k, v)
-    text, phases["text_s"] = _timed(_text_arm, config["text"], k_text, rec)
+    text, phases["text_s"] = timed(_text_arm, config["text"], k_text, rec)
     rec.metric("text", text)
     rec.metric("phase_seconds", phases)
 

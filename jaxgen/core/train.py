@@ -8,6 +8,7 @@ would have taken.
 """
 
 import dataclasses
+import functools
 import sys
 from collections.abc import Callable
 from typing import Any, TypedDict
@@ -211,8 +212,28 @@ def adamw_cosine(
         mask: optax.adamw's weight-decay mask (a pytree of bools or a function of the params).
 
     Returns:
-        An optax transformation.
+        An optax transformation. Equal (hashable) arguments return the same object, so that
+        `fit`, whose compiled chunk is keyed on the optimiser, compiles once for repeated runs
+        (seeds, restarts, arms sharing a recipe).
     """
+    args = (learning_rate, num_steps, warmup_steps, weight_decay, clip_norm, b1, b2, mask)
+    try:
+        return _adamw_cosine(*args)
+    except TypeError:  # an unhashable argument (an array learning rate, a pytree mask)
+        return _adamw_cosine.__wrapped__(*args)
+
+
+@functools.lru_cache(maxsize=64)
+def _adamw_cosine(
+    learning_rate: Any,
+    num_steps: int,
+    warmup_steps: int,
+    weight_decay: Any,
+    clip_norm: Any,
+    b1: Any,
+    b2: Any,
+    mask: Any,
+) -> optax.GradientTransformation:
     warmup = max(warmup_steps, 1)
     schedule = optax.warmup_cosine_decay_schedule(
         0.0 if warmup_steps else learning_rate, learning_rate, warmup, max(num_steps, warmup + 1)
