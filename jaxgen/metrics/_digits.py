@@ -56,14 +56,17 @@ class DigitsFeatureNet(eqx.Module):
 
 @ft.cache
 def digits_feature_net() -> DigitsFeatureNet:
-    """The trained `DigitsFeatureNet` (loaded once from the package data)."""
-    template = jax.tree_util.tree_map(  # the weights are float32 on disk, whatever x64 says
-        lambda x: x.astype(jnp.float32) if eqx.is_inexact_array(x) else x,
-        DigitsFeatureNet(key=jr.key(0)),
-    )
+    """The trained `DigitsFeatureNet` (loaded once from the package data; safe to call first
+    inside `jax.jit`: the weights are loaded as concrete arrays, never as tracers).
+    """
     ref = importlib.resources.files("jaxgen.metrics").joinpath("_data", DIGITS_FEATURES_FILE)
-    with ref.open("rb") as f:
-        return eqx.tree_deserialise_leaves(f, template)
+    with jax.ensure_compile_time_eval():
+        template = jax.tree_util.tree_map(  # the weights are float32 on disk, whatever x64 says
+            lambda x: x.astype(jnp.float32) if eqx.is_inexact_array(x) else x,
+            DigitsFeatureNet(key=jr.key(0)),
+        )
+        with ref.open("rb") as f:
+            return eqx.tree_deserialise_leaves(f, template)
 
 
 def _images(x: ArrayLike, name: str) -> Array:
