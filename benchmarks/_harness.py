@@ -155,6 +155,46 @@ def time_call(
     return {"first_call_s": first, "median_s": statistics.median(times)}
 
 
+def timed(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, float]:
+    """``(out, seconds)`` of one call ``fn(*args, **kwargs)`` (compile included), ending in
+    block_until_ready: for runs timed once (a training run, a peer), where `time_call`'s repeats
+    would cost too much.
+    """
+    import jax
+
+    t0 = time.perf_counter()
+    out = jax.block_until_ready(fn(*args, **kwargs))
+    return out, time.perf_counter() - t0
+
+
+def interleaved_times(calls: dict[str, Callable[[], Any]], rounds: int) -> dict[str, float]:
+    """Medians of alternately timed, already-compiled thunks (robust to load drift).
+
+    ``calls`` maps a name to a zero-argument function; each is run once (compile), then
+    ``rounds`` times in turn, the order alternating per round. Returns the median seconds per
+    name and, for every pair, the median of the per-round ratios ``"a/b"``: a ratio measured
+    inside one run survives a loaded machine, a wall-clock time does not.
+    """
+    import jax
+    import numpy as np
+
+    names = list(calls)
+    for fn in calls.values():
+        jax.block_until_ready(fn())
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for i in range(rounds):
+        for n in names if i % 2 == 0 else names[::-1]:
+            t0 = time.perf_counter()
+            jax.block_until_ready(calls[n]())
+            times[n].append(time.perf_counter() - t0)
+    out = {n: float(np.median(v)) for n, v in times.items()}
+    for a in names:
+        for b in names:
+            if a != b:
+                out[f"{a}/{b}"] = float(np.median(np.asarray(times[a]) / np.asarray(times[b])))
+    return out
+
+
 def environment(seed: int) -> dict[str, Any]:
     """Versions, git commit, backend, device kind and x64 flag for every result file."""
     import jax

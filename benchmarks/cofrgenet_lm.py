@@ -1,7 +1,7 @@
 """Gated continued-fraction channel mixing vs MLP / SwiGLU / prior CoFrGeNet FFN on a byte LM.
 
 Every variant is the same pre-norm transformer (`jaxgen.nn.Transformer`) with a different
-channel mixer, trained with `jaxgen.transformers.train_lm` (i.e. `jaxgen.core.fit`) on the same
+channel mixer, trained with `jaxgen.transformers.fit_lm` (i.e. `jaxgen.core.fit`) on the same
 byte stream and evaluated on held-out documents in bits per byte. Iso-architecture: same width and
 depth. Iso-parameter: the gated block with the integer number of layers whose parameter count is
 closest to the MLP model. Stability: the deepest ladder, log/exp (variant A) vs direct division,
@@ -20,7 +20,7 @@ import numpy as np
 from jaxgen.core import train_step
 from jaxgen.data import MissingDataError, load_text_corpus, random_windows
 from jaxgen.nn import Transformer, count_parameters
-from jaxgen.transformers import evaluate_lm, lm_loss, lm_optimizer, train_lm
+from jaxgen.transformers import evaluate_lm, fit_lm, lm_loss, lm_optimizer
 
 NAME = "cofrgenet_lm"
 PAPER = (
@@ -284,7 +284,7 @@ def run(config: dict, key, rec) -> None:
         # One optimizer object for training and for the throughput timing below (the timed
         # single step shares fit's step function; fit itself runs it in compiled chunks).
         opt = lm_optimizer(cfg["lr"], steps, warmup_steps=warmup, dyadic_depth=dyadic)
-        res = train_lm(model, batches, num_steps=steps, key=train_key, optimizer=opt)
+        res = fit_lm(model, batches, num_steps=steps, key=train_key, optimizer=opt)
         losses = res.losses
         finite = bool(np.all(np.isfinite(losses)))
         ev = (

@@ -21,7 +21,12 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
-from jaxgen.data import laplace_mixture_1d, laplace_mixture_1d_density, load_baseball
+from jaxgen.data import (
+    laplace_mixture_1d,
+    laplace_mixture_1d_density,
+    load_baseball,
+    sample_toy_2d,
+)
 from jaxgen.deconvolution import (
     FlowPrior,
     NoiseModel,
@@ -99,8 +104,7 @@ def _fit_gmm(x, s, noise, key, cfg, *, loss="marginal"):
     t0 = time.perf_counter()
     res = fit_convmmd(
         init,
-        x,
-        s,
+        (x, s),
         key=fkey,
         noise=noise,
         loss=loss,
@@ -130,8 +134,7 @@ def _fit_flow(x, s, noise, key, cfg):
     t0 = time.perf_counter()
     res = fit_convmmd(
         init,
-        x,
-        s,
+        (x, s),
         key=fkey,
         noise=noise,
         loss="sample",
@@ -206,12 +209,12 @@ def _deconvolution_1d(rec, key, cfg, noise):
     truth = laplace_mixture_1d_density(jnp.asarray(GRID))
     out = {"data": (x, z, s)}
     init, res, wall = _fit_gmm(x, s, noise, kg, cfg["gmm"])
-    ise_gmm = _sieve_rows(rec, tag, "gmm", "convMMD-GMM", "moment", init, res.prior, wall)
+    ise_gmm = _sieve_rows(rec, tag, "gmm", "convMMD-GMM", "moment", init, res.model, wall)
     finit, fres, fwall = _fit_flow(x, s, noise, kf, cfg["flow"])
-    ise_flow = _sieve_rows(rec, tag, "flow", "convMMD-flow", "Gaussian", finit, fres.prior, fwall)
+    ise_flow = _sieve_rows(rec, tag, "flow", "convMMD-flow", "Gaussian", finit, fres.model, fwall)
     m = cfg["w1_samples"]
     zt = laplace_mixture_1d(jr.fold_in(kw, 1), m, noise=tag)[1][:, 0]
-    for name, prior in (("gmm", res.prior), ("flow", fres.prior)):
+    for name, prior in (("gmm", res.model), ("flow", fres.model)):
         rec.metric(f"{tag}/{name}_w1", float(w1_1d(prior.sample(kw, m)[:, 0], zt)))
     # deconv_kde with the oracle-ISE bandwidth (favours the baseline).
     t0 = time.perf_counter()
@@ -247,8 +250,8 @@ def _deconvolution_1d(rec, key, cfg, noise):
     )
     rec.metric(f"{tag}/truth_mass_on_grid", float(jnp.trapezoid(truth, jnp.asarray(GRID))))
     out.update(
-        gmm=res.prior,
-        flow=fres.prior,
+        gmm=res.model,
+        flow=fres.model,
         ise_gmm=ise_gmm,
         ise_flow=ise_flow,
         ise_kde=kde_ise[h_best],
@@ -257,8 +260,8 @@ def _deconvolution_1d(rec, key, cfg, noise):
         npmle=npm,
         curves={
             "truth": np.asarray(truth),
-            "gmm": _density(res.prior),
-            "flow": _density(fres.prior),
+            "gmm": _density(res.model),
+            "flow": _density(fres.model),
             "naive": naive,
             f"deconv_kde h={h_best}": _clip_renorm(
                 deconv_kde(x, s, jnp.asarray(GRID), h_best, noise=noise)
@@ -365,10 +368,10 @@ def _bookkeeping(rec, key, cfg):
     rms = jnp.full_like(s, jnp.sqrt(jnp.mean(s**2)))
     _, own, _ = _fit_gmm(x, s, GAUSS, kf, cfg["gmm"])
     _, common, _ = _fit_gmm(x, rms, GAUSS, kf, cfg["gmm"])
-    mse_own = _mse(posterior_mean_gmm(own.prior, x, s), z)
-    mse_rms = _mse(posterior_mean_gmm(own.prior, x, rms), z)
+    mse_own = _mse(posterior_mean_gmm(own.model, x, s), z)
+    mse_rms = _mse(posterior_mean_gmm(own.model, x, rms), z)
     oracle_own, oracle_rms = _mse(_oracle(x, s, GAUSS), z), _mse(_oracle(x, rms, GAUSS), z)
-    ise_own, ise_rms = _ise(_density(own.prior)), _ise(_density(common.prior))
+    ise_own, ise_rms = _ise(_density(own.model)), _ise(_density(common.model))
     rec.metric("hetero/mse_own_scales", mse_own)
     rec.metric("hetero/mse_common_rms_scale", mse_rms)
     rec.metric("hetero/oracle_mse_own", oracle_own)
@@ -392,11 +395,10 @@ def _bookkeeping(rec, key, cfg):
 
 
 def _moons(n, key):
-    from sklearn.datasets import make_moons
-
-    seed = int(jr.randint(key, (), 0, 2**31 - 1))
-    z, _ = make_moons(n, noise=0.05, random_state=seed)
-    return jnp.asarray(z)
+    """scikit-learn's ``make_moons(noise=0.05)`` distribution, drawn by `sample_toy_2d`: its
+    ``"two_moons"`` is the same half circles centred by (1/2, 1/4) and scaled by 2, noise 0.1.
+    """
+    return sample_toy_2d(key, "two_moons", n) / 2 + jnp.array([0.5, 0.25])
 
 
 def _mixture_latent(n, d, key):
@@ -419,7 +421,7 @@ def _multivariate(rec, key, cfg, d):
     tag = "moons" if d == 2 else f"mixture{d}d"
     sw = {}
     for name, samples in (
-        ("convmmd_gmm", res.prior.sample(kw, mc["n"])),
+        ("convmmd_gmm", res.model.sample(kw, mc["n"])),
         ("init", init.sample(kw, mc["n"])),
         ("naive_x", x),
     ):
@@ -435,14 +437,14 @@ def _multivariate(rec, key, cfg, d):
     atoms = x[np.asarray(jr.permutation(kw, mc["n"])[: mc["atoms"]])]
     npm = npmle_em(x, s, atoms, noise=GAUSS, max_steps=cfg["npmle"]["max_steps"], throw=False)
     mse = {
-        "convmmd_gmm": _mse(posterior_mean_gmm(res.prior, x, s), z),
+        "convmmd_gmm": _mse(posterior_mean_gmm(res.model, x, s), z),
         "naive": _mse(x, z),
         "npmle": _mse(npmle_posterior_mean(x, s, atoms, npm.weights, noise=GAUSS), z),
     }
     for k, v in mse.items():
         rec.metric(f"{tag}/mse_{k}", v)
     rec.metric(f"{tag}/gmm_fit_s", wall)
-    return x, z, res.prior
+    return x, z, res.model
 
 
 def _baseball(rec, key, cfg):
@@ -481,7 +483,7 @@ def _baseball(rec, key, cfg):
 
     naive = tse(x)
     ratios = {
-        "convmmd_gmm": tse(posterior_mean_gmm(res.prior, x, s)) / naive,
+        "convmmd_gmm": tse(posterior_mean_gmm(res.model, x, s)) / naive,
         "npmle": tse(npmle_posterior_mean(x, s, grid, npm.weights, noise=GAUSS)) / naive,
     }
     for k, v in ratios.items():
@@ -509,7 +511,7 @@ def _rates(rec, key, cfg):
                 k = jr.fold_in(jr.fold_in(key, n), seed)
                 x, _, s = laplace_mixture_1d(k, n, noise=noise.kind)
                 _, res, _ = _fit_gmm(x, s, noise, jr.fold_in(k, 1), cfg["gmm"])
-                rows.append((n, _ise(_density(res.prior))))
+                rows.append((n, _ise(_density(res.model))))
         arr = np.array(rows)
         slopes[noise.kind] = float(np.polyfit(np.log(arr[:, 0]), np.log(arr[:, 1]), 1)[0])
         table[noise.kind] = rows

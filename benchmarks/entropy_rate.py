@@ -17,13 +17,12 @@ import shutil
 import time
 import zlib
 
-import equinox as eqx
-import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 import optax
 
+from benchmarks._harness import timed
 from jaxgen.data import ByteTokenizer, load_text_corpus
 from jaxgen.entropy import (
     diversity_metrics,
@@ -38,7 +37,7 @@ from jaxgen.entropy import (
     score_documents,
 )
 from jaxgen.nn import Transformer
-from jaxgen.transformers import evaluate_lm, sample_lm, score_sequences, train_lm
+from jaxgen.transformers import evaluate_lm, fit_lm, sample_lm, score_sequences
 
 NAME = "entropy_rate"
 PAPER = (
@@ -139,12 +138,6 @@ def _compression_rate(x: np.ndarray, method: str) -> float:
     data = np.asarray(x, np.uint8).tobytes()
     comp = lzma.compress(data, preset=9) if method == "lzma" else zlib.compress(data, 9)
     return 8.0 * len(comp) / len(data)
-
-
-def _timed(fn, *args, **kwargs) -> tuple[float, object]:
-    t0 = time.perf_counter()
-    out = fn(*args, **kwargs)
-    return time.perf_counter() - t0, out
 
 
 def _accuracy(config: dict, key, rec) -> None:
@@ -267,11 +260,11 @@ def _speed(config: dict, key, rec) -> None:
     path = np.asarray(sample_markov(key, p4, max(config["speed_ns"] + [config["brute_n"]])))
     for n in config["speed_ns"]:
         x = path[:n]
-        t_fast, lam = _timed(match_lengths, x)
+        lam, t_fast = timed(match_lengths, x)
         res["n"].append(n)
         res["suffix_array_s"].append(t_fast)
-        res["zlib_s"].append(_timed(_compression_rate, x, "zlib")[0])
-        res["lzma_s"].append(_timed(_compression_rate, x, "lzma")[0])
+        res["zlib_s"].append(timed(_compression_rate, x, "zlib")[1])
+        res["lzma_s"].append(timed(_compression_rate, x, "lzma")[1])
         if pds is not None:
             xb = np.ascontiguousarray(x.astype(np.uint8))
             t0 = time.perf_counter()
@@ -295,8 +288,8 @@ def _speed(config: dict, key, rec) -> None:
     rec.peer("zlib/lzma timing", {"n": res["n"], "zlib_s": res["zlib_s"], "lzma_s": res["lzma_s"]})
     nb = config["brute_n"]
     xb = path[-nb:]
-    t_fast, fast = _timed(match_lengths, xb)
-    t_brute, brute = _timed(match_lengths_bruteforce, xb)
+    fast, t_fast = timed(match_lengths, xb)
+    brute, t_brute = timed(match_lengths_bruteforce, xb)
     rec.metric(
         "brute_force",
         {
@@ -332,19 +325,6 @@ def _speed(config: dict, key, rec) -> None:
         ax.legend(fontsize=8)
 
 
-class _RowBatches(eqx.Module):
-    """Pure sampler of rows of a fixed-shape token array: an eqx.Module, so that a new data
-    array of the same shape reuses the compiled training step (a closure would recompile).
-    """
-
-    tokens: jax.Array
-    batch_size: int = eqx.field(static=True)
-
-    def __call__(self, key):
-        idx = jr.randint(key, (self.batch_size,), 0, self.tokens.shape[0])
-        return self.tokens[idx]
-
-
 def _corpus(cfg: dict):
     name = "bible-kjv" if shutil.which("bible") else "python_stdlib"
     return load_text_corpus(name, max_bytes=cfg["corpus_bytes"]), name
@@ -360,14 +340,15 @@ def _collapse(config: dict, key, rec) -> None:
     n_keep = max(1, int(round(c["keep"] * c["docs"])))
     # Pre-training windows and fine-tuning sets share one shape (N rows of ctx bytes; a kept set
     # is tiled to N rows, N a multiple of its size, so row sampling stays uniform over it) and
-    # one constant-lr AdamW object: every `train_lm` call reuses ONE compiled step.
+    # one constant-lr AdamW object: every `fit_lm` call reuses ONE compiled step.
     n_rows = max(1, (corpus.train.shape[0] // ctx) // n_keep) * n_keep
     windows = corpus.train[: n_rows * ctx].reshape(n_rows, ctx).astype(np.int32)
     optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(lm_cfg["lr"]))
     t0 = time.perf_counter()
-    base = train_lm(
+    base = fit_lm(
         model,
-        _RowBatches(jnp.asarray(windows), lm_cfg["batch"]),
+        jnp.asarray(windows),
+        batch_size=lm_cfg["batch"],
         num_steps=lm_cfg["pretrain_steps"],
         key=k_pre,
         optimizer=optimizer,
@@ -435,9 +416,10 @@ def _collapse(config: dict, key, rec) -> None:
                 else:
                     kept = filter_by_entropy(docs, n_keep)
                 data = np.tile(np.stack(kept.documents).astype(np.int32), (n_rows // n_keep, 1))
-                m = train_lm(
+                m = fit_lm(
                     m,
-                    _RowBatches(jnp.asarray(data), lm_cfg["batch"]),
+                    jnp.asarray(data),
+                    batch_size=lm_cfg["batch"],
                     num_steps=c["ft_steps"],
                     key=k_ft,
                     optimizer=optimizer,

@@ -147,9 +147,9 @@ def _posterior(pde, logpost, init, key, cfg, rec, timed=True):
     """NUTS draws (unconstrained) and run statistics; time per ESS from a timed gradient call."""
     t0 = time.perf_counter()
     res = pde.run_nuts(
+        key,
         logpost,
         init,
-        key,
         num_warmup=cfg["warmup"],
         num_samples=cfg["samples"],
         num_chains=cfg["chains"],
@@ -258,10 +258,10 @@ def _heston_check(pde, cfg, key, rec):
     )
     t0 = time.perf_counter()
     path = pde.integrate_ng(
+        key,
         flow,
         sample,
         DELTA,
-        key=key,
         num_steps=cfg["ng_steps"],
         num_colloc=cfg["colloc"],
         num_saves=2,
@@ -350,10 +350,10 @@ def _run(config, key, rec):
     )
     t0 = time.perf_counter()
     path = pde.integrate_ng(
+        k_cir,
         flow,
         sample,
         DELTA,
-        key=k_cir,
         num_steps=cfg["ng_steps"],
         num_colloc=cfg["colloc"],
         num_saves=2,
@@ -413,10 +413,10 @@ def _run(config, key, rec):
             key=jr.fold_in(k_ou, 0),
         )
         ou_path = pde.integrate_ng(
+            k_ou,
             ou_flow,
             ou_sample,
             1.0,
-            key=k_ou,
             num_steps=cfg["ng_steps"],
             num_colloc=cfg["colloc"],
             num_saves=2,

@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
+from benchmarks._harness import time_call
 from jaxgen.core import adamw_cosine, fit
 from jaxgen.transformers import (
     LinearAttentionICL,
@@ -342,17 +343,6 @@ def _slope_ci(ns, errs, tasks, rng, reps=200):
     return [float(np.quantile(slopes, 0.05)), float(np.quantile(slopes, 0.95))]
 
 
-def _time_per_query(num_queries, fn, *args, repeats=2):
-    """Median seconds per query of the jitted call ``fn(*args)`` (compiled first)."""
-    jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times)) / num_queries
-
-
 def _gaussian_weights_np(h):
     """scikit-learn weights callable: Gaussian in the distance (object arrays for radius)."""
 
@@ -541,9 +531,16 @@ def _rate_experiment(cfg, geo, kappa, key, rec, with_peers):
                 row["sklearn_krr_max_diff"] = float(np.abs(p["krr"] - ours).max())
                 timed = n == max(cfg["ns"])  # per-query times at the largest n only
                 row["jaxgen_krr_s_per_query"] = (
-                    _time_per_query(
-                        R * Q, _krr, tasks.x[:R], tasks.y[:R], tasks.xq[:R], hs[3], cfg["krr_lam"]
-                    )
+                    time_call(
+                        _krr,
+                        tasks.x[:R],
+                        tasks.y[:R],
+                        tasks.xq[:R],
+                        hs[3],
+                        cfg["krr_lam"],
+                        repeats=2,
+                    )["median_s"]
+                    / (R * Q)
                     if timed
                     else None
                 )
@@ -557,15 +554,20 @@ def _rate_experiment(cfg, geo, kappa, key, rec, with_peers):
                         np.abs(p["kernelreg_lc"] - preds["nw"][:S]).max()
                     )
                 row["jaxgen_nw_s_per_query"] = (
-                    _time_per_query(cfg["tasks"] * Q, _nw, tasks.x, tasks.y, tasks.xq, hs[3])
+                    time_call(_nw, tasks.x, tasks.y, tasks.xq, hs[3], repeats=2)["median_s"]
+                    / (cfg["tasks"] * Q)
                     if timed
                     else None
                 )
                 row["jaxgen_knn_s_per_query"] = (
-                    _time_per_query(cfg["tasks"] * Q, _knn, tasks, k) if timed else None
+                    time_call(_knn, tasks, k, repeats=2)["median_s"] / (cfg["tasks"] * Q)
+                    if timed
+                    else None
                 )
                 row["jaxgen_all_lp_nw_s_per_query"] = (
-                    _time_per_query(cfg["tasks"] * Q, _smoothers, tasks, hs) if timed else None
+                    time_call(_smoothers, tasks, hs, repeats=2)["median_s"] / (cfg["tasks"] * Q)
+                    if timed
+                    else None
                 )
                 peers[n] = p
                 peer_rows[n] = row

@@ -114,10 +114,6 @@ SMOKE = {
 }
 
 
-def _optimizer(lr, steps):
-    return optax.adam(optax.cosine_decay_schedule(lr, steps))
-
-
 @eqx.filter_jit
 def _rmse(model, x, y):
     return jnp.sqrt(jnp.mean((jax.vmap(model)(x) - y) ** 2))
@@ -130,7 +126,7 @@ def _max_one(z):
 @eqx.filter_jit
 def _sup_vs_max(model, key, n, samples, starts, ascent):
     return sup_error(
-        model, _max_one, key, n, num_samples=samples, num_starts=starts, num_ascent=ascent
+        key, model, _max_one, n, num_samples=samples, num_starts=starts, num_ascent=ascent
     )
 
 
@@ -255,7 +251,7 @@ def _ott_peer(rec, n, cfg, key, x_test):
         k_init, k_fit = jr.split(jr.fold_in(key, L))
         params = net.init(k_init, jnp.zeros((n,), x_test.dtype))["params"]
         peer_steps = cfg.get("peer_steps", cfg["steps"])
-        opt = _optimizer(cfg["lr"], peer_steps)
+        opt = optax.adam(optax.cosine_decay_schedule(cfg["lr"], peer_steps))
         state = opt.init(params)
 
         loss = ft.partial(_peer_loss, net)
@@ -309,7 +305,7 @@ def run(config, key, rec):
 
     for n in cfg["n_values"]:
         x_test = jr.uniform(jr.fold_in(k_max, n), (cfg["test_points"], n), dtype, -1.0, 1.0)
-        opt = _optimizer(cfg["lr"], cfg["steps"])
+        opt = optax.adam(optax.cosine_decay_schedule(cfg["lr"], cfg["steps"]))
         # ICNNs: width x depth x seed, all trained in ONE joint fit (one compile, one loop)
         specs, cells = [], []
         for width in cfg["widths"]:
@@ -393,7 +389,7 @@ def run(config, key, rec):
         exact_err = float(jnp.max(jnp.abs(jax.vmap(exact)(xs) - separation_fk(xs, k))))
         rec.metric(f"fk{k}_exact_icnn_n_hidden", exact.n_hidden)
         rec.metric(f"fk{k}_exact_icnn_max_err", exact_err)
-        opt = _optimizer(cfg["lr"], cfg["sep_steps"])
+        opt = optax.adam(optax.cosine_decay_schedule(cfg["lr"], cfg["sep_steps"]))
         row = {}
         for L in cfg["sep_icnn_hidden"]:
             k_init, k_fit = jr.split(jr.fold_in(jr.fold_in(k_sep, 100 * k + L), 0))

@@ -235,19 +235,18 @@ def run(config, key, rec):
             t0 = time.perf_counter()
             res = fit_jem(
                 model,
-                xtr_j,
-                ytr_j,
+                (xtr_j, ytr_j),
                 conf,
-                optax.adam(cfg["lr"]),
+                optimizer=optax.adam(cfg["lr"]),
                 key=jr.fold_in(k, 2),
                 num_steps=cfg["steps"],
                 batch_size=cfg["batch"],
                 buffer_size=cfg["buffer"],
                 progress=False,
             )
-            row, probs = _evaluate(res.fit.model, xte_j, yte_j, cfg, jr.fold_in(k, 3), diag)
+            row, probs = _evaluate(res.model, xte_j, yte_j, cfg, jr.fold_in(k, 3), diag)
             row["energy_gap"] = row["energy_data"] - float(
-                jnp.mean(energy_marginal(jax.vmap(res.fit.model)(res.buffer.data)))
+                jnp.mean(energy_marginal(jax.vmap(res.model)(res.buffer.data)))
             )
             row["train_s"] = time.perf_counter() - t0
             rows.append(row)

@@ -246,7 +246,7 @@ def _dw_part(cfg, key, rec):
     ):
         t0 = time.perf_counter()
         # fit_nbffg's defaults: AdamW 3e-3, 5% warm-up, cosine; stratified leaves in path mode.
-        res = fit_nbffg(k_fit, gt, ctrl0, num_steps=steps, mode=mode, batch_size=bs)
+        res = fit_nbffg(ctrl0, gt, key=k_fit, num_steps=steps, mode=mode, batch_size=bs)
         rec.metric(f"dw_nbffg_{mode}_train_s", time.perf_counter() - t0)
         results[mode] = evaluate(f"nbffg_{mode}", res.model, lw_bffg)[0]
         curves[mode] = res.losses

@@ -211,7 +211,7 @@ def _patches(key, n_train, n_test):
     per = (n_train + n_test) // len(images) + 1
     P = np.concatenate(
         [
-            extract_patches(im, 8, key=k, num=per).reshape(per, 64)
+            extract_patches(k, im, 8, num=per).reshape(per, 64)
             for im, k in zip(images, keys, strict=True)
         ]
     )

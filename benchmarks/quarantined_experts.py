@@ -1,13 +1,13 @@
 """Quarantined Expert Shutdown: a backdoor learned into one routed LoRA expert, then switched off.
 
 Synthetic arm (spec ``quarantined_experts.md`` 2.6): a causal base pretrained on generic tasks
-(copy, sort, shift, count; `jaxgen.transformers.train_lm`), frozen, then fine-tuned on T1
+(copy, sort, shift, count; `jaxgen.transformers.fit_lm`), frozen, then fine-tuned on T1
 (reverse) poisoned with A1 (rare trigger token -> "pwned") at rate rho by: B0 full fine-tuning,
 B1 plain LoRA (rank r E), B2 MoE-LoRA with the task loss only (shut q, and the oracle expert),
 B3 fine-pruning of B1 (2% clean held-out data), B4 LoRA on the clean part only (oracle), QES
 (spec 2.3) with shutdown of q and the shutdown control (a random other expert). Metrics: clean
 accuracy (CA) and attack success rate (ASR) by greedy exact match, suspect recall, routing AUROC.
-Text arm: a byte LM (`train_lm`) on an offline corpus, fine-tuned on prompt -> continuation
+Text arm: a byte LM (`fit_lm`) on an offline corpus, fine-tuned on prompt -> continuation
 with 5% triggered prompts -> a fixed string; B1 and QES; ASR and bits/byte (`evaluate_lm`)
 before/after shutdown. Peer: HuggingFace ``peft`` LoRA on the same W, A, B (forward and merge
 parity, step-time ratio).
@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
+from benchmarks._harness import timed
 from jaxgen.core import minibatches
 from jaxgen.data import ByteTokenizer, load_text_corpus, random_windows
 from jaxgen.nn import Transformer
@@ -31,7 +32,6 @@ from jaxgen.transformers import (
     BackdoorVocab,
     LoRALinear,
     QESConfig,
-    abl_train,
     attach_lora,
     attach_qes,
     attack_success_rate,
@@ -39,8 +39,11 @@ from jaxgen.transformers import (
     clean_accuracy,
     clean_test_set,
     evaluate_lm,
-    fine_prune,
-    full_finetune,
+    fit_abl,
+    fit_fine_prune,
+    fit_finetune,
+    fit_lm,
+    fit_qes,
     greedy_decode,
     lm_tokens,
     make_pretrain_tasks,
@@ -50,8 +53,6 @@ from jaxgen.transformers import (
     sample_lm,
     shutdown,
     suspect_recall,
-    train_lm,
-    train_qes,
     triggered_test_set,
 )
 
@@ -328,12 +329,6 @@ def _pair(ca_key, asr_key, values):
     return {ca_key: values[0], asr_key: values[1]}
 
 
-def _timed(fn, *args, **kwargs):
-    t0 = time.perf_counter()
-    out = fn(*args, **kwargs)
-    return out, time.perf_counter() - t0
-
-
 # ------------------------------------------------------------------------------ synthetic arm
 
 
@@ -341,13 +336,13 @@ def _pretrain_base(c, key):
     kd, km, kt, ke = jr.split(key, 4)
     lengths, tasks = c["pretrain_lengths"], c["pretrain_tasks"]
     n = c["pretrain_samples"]
-    x, y = make_pretrain_tasks(n, key=kd, lengths=lengths, tasks=tasks)
+    x, y = make_pretrain_tasks(kd, n, lengths=lengths, tasks=tasks)
     tokens, weights = lm_tokens(x, y)
     mask = jnp.concatenate([jnp.zeros_like(weights[:, :1]), weights], axis=1) > 0
     base = Transformer(
         PRETRAIN_VOCAB_SIZE, c["dim"], c["layers"], c["heads"], 40, key=km, mixer="swiglu"
     )
-    res = train_lm(
+    res = fit_lm(
         base,
         minibatches((tokens, mask), c["batch"]),
         num_steps=c["pretrain_steps"],
@@ -355,7 +350,7 @@ def _pretrain_base(c, key):
         learning_rate=c["pretrain_lr"],
         weight_decay=0.0,
     )
-    xt, yt = make_pretrain_tasks(300, key=ke, lengths=lengths, tasks=tasks)
+    xt, yt = make_pretrain_tasks(ke, 300, lengths=lengths, tasks=tasks)
     pred = np.asarray(_decode(res.model, jnp.asarray(xt)))
     acc = clean_accuracy(pred, yt)
     per_task = {
@@ -370,13 +365,13 @@ def _synthetic_setting(c, base, task, attack, rho, key, *, arms, ablations=(), b
     """Every method of ``arms`` on one (task, attack, rho, seed); a flat dict of figures."""
     keys = iter(jr.split(key, 32))
     lengths = c["lengths"] if task == "reverse" else None
-    x, y = make_task(task, c["n_train"], key=next(keys), lengths=lengths)
-    x, y, poisoned = poison(x, y, task=task, attack=attack, rate=rho, key=next(keys))
-    clean = clean_test_set(task, c["n_test"], key=next(keys), lengths=lengths)
-    trig = triggered_test_set(task, attack, c["n_test"], key=next(keys), lengths=lengths)
-    val_trig = triggered_test_set(task, attack, 64, key=next(keys), lengths=lengths)
+    x, y = make_task(next(keys), task, c["n_train"], lengths=lengths)
+    x, y, poisoned = poison(next(keys), x, y, task=task, attack=attack, rate=rho)
+    clean = clean_test_set(next(keys), task, c["n_test"], lengths=lengths)
+    trig = triggered_test_set(next(keys), task, attack, c["n_test"], lengths=lengths)
+    val_trig = triggered_test_set(next(keys), task, attack, 64, lengths=lengths)
     held_x, held_y = make_task(
-        task, max(32, round(c["heldout_frac"] * c["n_train"])), key=next(keys), lengths=lengths
+        next(keys), task, max(32, round(c["heldout_frac"] * c["n_train"])), lengths=lengths
     )
     batches = backdoor_batches(x, y, c["batch"], poisoned)
     out = {"poison_count": int(poisoned.sum())}
@@ -386,8 +381,8 @@ def _synthetic_setting(c, base, task, attack, rho, key, *, arms, ablations=(), b
 
     steps = c["steps"]
     if "B0" in arms:  # B0: full fine-tuning of every weight
-        res, t = _timed(
-            full_finetune, base, batches, num_steps=steps, key=next(keys), learning_rate=c["b0_lr"]
+        res, t = timed(
+            fit_finetune, base, batches, num_steps=steps, key=next(keys), learning_rate=c["b0_lr"]
         )
         out.update(_pair("b0_ca", "b0_asr", _ca_asr(res.model, task, clean, trig)))
         out["b0_s"] = t
@@ -395,40 +390,35 @@ def _synthetic_setting(c, base, task, attack, rho, key, *, arms, ablations=(), b
     lora = attach_lora(base, rank=r * E, alpha=2.0 * r * E, key=next(keys))
     k1, k4, k3, k2a, k2b = (next(keys) for _ in range(5))
     if "B1" in arms or "B3" in arms:
-        res, t = _timed(train_qes, lora, batches, num_steps=steps, key=k1, learning_rate=c["lr"])
+        res, t = timed(fit_qes, lora, batches, num_steps=steps, key=k1, learning_rate=c["lr"])
         b1 = res.model
         out.update(_pair("b1_ca", "b1_asr", _ca_asr(b1, task, clean, trig)))
         out["b1_s"] = t
     if "B1" in arms and c["lora_lr"] is not None:  # B1 at plain LoRA's own tuned lr
-        res, t = _timed(
-            train_qes, lora, batches, num_steps=steps, key=k1, learning_rate=c["lora_lr"]
-        )
+        res, t = timed(fit_qes, lora, batches, num_steps=steps, key=k1, learning_rate=c["lora_lr"])
         out.update(_pair("b1_tuned_ca", "b1_tuned_asr", _ca_asr(res.model, task, clean, trig)))
         out["b1_tuned_s"] = t
     if "B4" in arms:  # B4: the same LoRA on the clean part only (oracle)
         clean_batches = backdoor_batches(x[~poisoned], y[~poisoned], c["batch"])
-        res, t = _timed(
-            train_qes, lora, clean_batches, num_steps=steps, key=k4, learning_rate=c["lr"]
-        )
+        res, t = timed(fit_qes, lora, clean_batches, num_steps=steps, key=k4, learning_rate=c["lr"])
         out.update(_pair("b4_ca", "b4_asr", _ca_asr(res.model, task, clean, trig)))
         out["b4_s"] = t
     if "B3" in arms:  # B3: fine-pruning of B1 with 2% clean held-out data
-        (b3, info), t = _timed(
-            fine_prune,
+        b3, t = timed(
+            fit_fine_prune,
             b1,
-            held_x,
-            held_y,
+            (held_x, held_y),
             key=k3,
             num_steps=c["prune_steps"],
             learning_rate=1e-3,
         )
-        out.update(_pair("b3_ca", "b3_asr", _ca_asr(b3, task, clean, trig)))
-        out.update(b3_pruned_frac=info["pruned_frac"], b3_s=t)
+        out.update(_pair("b3_ca", "b3_asr", _ca_asr(b3.model, task, clean, trig)))
+        out.update(b3_pruned_frac=b3.pruned_frac, b3_s=t)
     alpha = c["moe_scale_per_expert"] * E * r
     cfg = QESConfig(num_experts=E, rank=r, alpha=alpha, rho_hat=c["rho_hat"])
     if "B2" in arms:  # B2: MoE-LoRA with the task loss only; shut q, and the oracle expert
         moe = attach_qes(base, cfg, key=k2a)
-        b2, t = _timed(train_qes, moe, batches, num_steps=steps, key=k2b, learning_rate=c["lr"])
+        b2, t = timed(fit_qes, moe, batches, num_steps=steps, key=k2b, learning_rate=c["lr"])
         b2 = b2.model
         out.update(_pair("b2_ca", "b2_asr", _ca_asr(b2, task, clean, trig)))
         out.update(
@@ -441,8 +431,8 @@ def _synthetic_setting(c, base, task, attack, rho, key, *, arms, ablations=(), b
         out.update(b2_oracle_expert=oracle, b2_s=t)
 
     def qes_run(cfg, prefix):
-        res, t = _timed(
-            train_qes,
+        res, t = timed(
+            fit_qes,
             attach_qes(base, cfg, key=next(keys)),
             batches,
             num_steps=steps,
@@ -479,18 +469,17 @@ def _synthetic_setting(c, base, task, attack, rho, key, *, arms, ablations=(), b
         _, figs = qes_run(dataclasses.replace(cfg, **changes), f"abl_{ab['name']}")
         out.update(figs)
     if b5:
-        m, iso = abl_train(
+        abl = fit_abl(
             attach_lora(base, rank=r * E, alpha=2.0 * r * E, key=next(keys)),
-            x,
-            y,
+            (x, y),
             num_steps=steps,
             key=next(keys),
             batch_size=c["batch"],
             # one epoch (spec), at most half of the steps
             isolate_after=max(1, min(len(x) // c["batch"], steps // 2)),
         )
-        out.update(_pair("b5_ca", "b5_asr", _ca_asr(m, task, clean, trig)))
-        out["b5_isolation_precision"] = float(poisoned[iso].mean())
+        out.update(_pair("b5_ca", "b5_asr", _ca_asr(abl.model, task, clean, trig)))
+        out["b5_isolation_precision"] = float(poisoned[abl.isolated].mean())
     return out
 
 
@@ -512,8 +501,8 @@ def _text_arm(c, key, rec):
     base = Transformer(
         tok.vocab_size, c["dim"], c["layers"], c["heads"], c["context"], key=next(keys)
     )
-    res, t_pre = _timed(
-        train_lm,
+    res, t_pre = timed(
+        fit_lm,
         base,
         random_windows(train, c["batch"], c["context"] + 1),
         num_steps=c["pretrain_steps"],
@@ -573,7 +562,7 @@ def _text_arm(c, key, rec):
         "unigram_bits": unigram_bits,
         "bpb_base": bpb_base,
     }
-    b1 = train_qes(
+    b1 = fit_qes(
         attach_lora(base, rank=32, alpha=64.0, key=next(keys)),
         batches,
         num_steps=c["steps"],
@@ -583,8 +572,8 @@ def _text_arm(c, key, rec):
     out["b1_asr"] = asr(b1)
     out["b1_bpb"] = evaluate_lm(b1, val, context=c["context"]).bits_per_token
     cfg = QESConfig(alpha=2.0 * 4 * 8, rho_hat=c["rho_hat"])  # scale 2 E, as B1 (see _SYNTH)
-    res, t = _timed(
-        train_qes,
+    res, t = timed(
+        fit_qes,
         attach_qes(base, cfg, key=next(keys)),
         batches,
         num_steps=c["steps"],
@@ -679,9 +668,9 @@ def run(config, key, rec):
     """Peer parity, base pretraining, every synthetic setting and seed, then the text arm."""
     k_peer, k_base, k_set, k_text = jr.split(key, 4)
     phases = {}
-    parity, phases["peft_s"] = _timed(_peft_peer, config["peft"], k_peer, rec)
+    parity, phases["peft_s"] = timed(_peft_peer, config["peft"], k_peer, rec)
     c = config["synthetic"]
-    (base, base_acc, per_task), t = _timed(_pretrain_base, c, k_base)
+    (base, base_acc, per_task), t = timed(_pretrain_base, c, k_base)
     rec.metric("base_pretrain_accuracy", base_acc)
     rec.metric("base_pretrain_accuracy_per_task", per_task)
     rec.metric("base_pretrain_s", t)
@@ -709,7 +698,7 @@ def run(config, key, rec):
     main = next(iter(results.values()))
     for k, v in main.items():
         rec.metric(k, v)
-    text, phases["text_s"] = _timed(_text_arm, config["text"], k_text, rec)
+    text, phases["text_s"] = timed(_text_arm, config["text"], k_text, rec)
     rec.metric("text", text)
     rec.metric("phase_seconds", phases)
 

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
+from benchmarks._peers import import_torchcfm, torch_euler, torch_mlp, torch_threads, torchcfm_train
 from jaxgen.bridges import (
     AtomicLogPotential,
     BoundedMLPLogPotential,
@@ -257,9 +258,9 @@ def _ring_part(config, key, rec):
         psi0 = BoundedMLPLogPotential(d, config["width"], config["depth"], key=k_fit, ref=ref)
         t0 = time.perf_counter()
         res = fit_log_potential(
-            k_fit,
             psi0,
             Y,
+            key=k_fit,
             ref=ref,
             T=T,
             num_steps=config["steps"],
@@ -344,38 +345,32 @@ def _ring_part(config, key, rec):
 def _sbcfm_peer(config, Y, x0, d):
     """Torchcfm SB conditional flow matching (Brownian reference, mini-batch exact OT through POT),
     a torch MLP of the same width/depth, the same samples, steps and batch; Euler ODE sampling
-    with the same number of steps. Returns (samples, wall_s) or a reason string.
+    with the same number of steps (`benchmarks._peers`). Returns (samples, wall_s) or a reason.
     """
-    try:
-        import torch
-        from torchcfm.conditional_flow_matching import SchrodingerBridgeConditionalFlowMatcher
-    except Exception:  # noqa: BLE001 - any import failure means the peer is unavailable
+    mods = import_torchcfm()
+    if mods is None:
         return "not installed"
-    torch.manual_seed(0)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny MLP: thread overhead dominates on a shared CPU
-    t0 = time.perf_counter()
-    layers, size, width = [], d + 1, config["width"]
-    for _ in range(config["depth"]):
-        layers += [torch.nn.Linear(size, width), torch.nn.SiLU()]
-        size = width
-    net = torch.nn.Sequential(*layers, torch.nn.Linear(size, d))
-    opt = torch.optim.Adam(net.parameters(), lr=config["lr"])
-    fm = SchrodingerBridgeConditionalFlowMatcher(sigma=1.0, ot_method="exact")
+    torch, cfm = mods
     data = torch.from_numpy(np.asarray(Y, np.float32))
-    for _ in range(config["steps"]):
+
+    def draw(step):
         x1 = data[torch.randint(0, data.shape[0], (config["batch"],))]
-        t, xt, ut = fm.sample_location_and_conditional_flow(torch.randn_like(x1), x1)
-        loss = ((net(torch.cat([xt, t[:, None]], 1)) - ut) ** 2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    x = torch.from_numpy(np.asarray(x0, np.float32))
-    K = config["sample_steps"]
-    with torch.no_grad():
-        for k in range(K):
-            x = x + net(torch.cat([x, torch.full((x.shape[0], 1), k / K)], 1)) / K
-    torch.set_num_threads(threads)
+        return torch.randn_like(x1), x1, None
+
+    with torch_threads(1):  # tiny MLP: thread overhead dominates on a shared CPU
+        t0 = time.perf_counter()
+        net = torch_mlp(d + 1, d, config["width"], config["depth"])
+        torchcfm_train(
+            net,
+            cfm.SchrodingerBridgeConditionalFlowMatcher(sigma=1.0, ot_method="exact"),
+            draw,
+            config["steps"],
+            lr=config["lr"],
+            weight_decay=0.0,
+            clip_norm=None,
+            reduce="mean",
+        )
+        x = torch_euler(net, torch.from_numpy(np.asarray(x0, np.float32)), config["sample_steps"])
     return jnp.asarray(x.numpy().astype(np.float64)), time.perf_counter() - t0
 
 

@@ -8,8 +8,9 @@ SplitMeanFlow student and a MeanFlow (JVP) student both distilled from that teac
 initialised from it, and the GAN refinement of the SplitMeanFlow student (frozen-teacher-feature
 discriminator at tau_D = 0.1, VSD against the teacher with a fake score). Every stage is a
 `jaxgen.core.fit` run. Evaluation on the 360 test digits x 8 noise seeds: PSNR, SSIM (win 7),
-LR-PSNR, diversity over seeds, digits-FD and accuracy of a small CNN classifier trained on the
-clean HR train split (never the discriminator's features), seconds per image. Peers in the same
+LR-PSNR, diversity over seeds, digits-FD (`jaxgen.metrics.digits_fd`, against the HR train
+split) and class accuracy under the digits network shipped with `jaxgen.metrics` (never the
+discriminator's features), seconds per image. Peers in the same
 run: scikit-image PSNR/SSIM (oracle), piq PSNR/SSIM, torchcfm conditional flow matching on the
 same pairs (Euler-50 FD, step time). `--full` (§5b): 64x64 natural RGB patches x4 with the conv
 U-Net, FD features of a rotation-prediction CNN, and a lambda_adv sweep.
@@ -25,8 +26,10 @@ import jax.random as jr
 import numpy as np
 import optax
 
+from benchmarks._harness import interleaved_times
+from benchmarks._peers import import_torchcfm, torch_euler, torch_mlp, torch_threads, torchcfm_train
 from jaxgen.core import adamw_cosine, fit, make_step, minibatches
-from jaxgen.data import degrade, load_digits, load_sr_patches, upsample
+from jaxgen.data import degrade, digits_split, load_sr_patches, upsample
 from jaxgen.flows import (
     FeatureDiscriminator,
     FrozenFeatures,
@@ -44,6 +47,9 @@ from jaxgen.flows import (
     with_ema,
 )
 from jaxgen.metrics import (
+    digits_fd,
+    digits_features,
+    digits_logits,
     feature_frechet_distance,
     lr_consistency_psnr,
     psnr,
@@ -196,15 +202,12 @@ SMOKE = {
 def load_task(config):
     """HR train/test images (N, H, W, C) in [-1, 1] and eval-classifier labels."""
     if config["task"] == "digits":
-        images, labels = load_digits()
-        hr = (images / 8.0 - 1.0)[..., None].astype(np.float32)
-        perm = np.random.default_rng(0).permutation(len(hr))
-        train, test = perm[:1437], perm[1437:]
+        split = digits_split(seed=0)  # jaxgen's one digits split and scale, pixel / 8 - 1
         return (
-            hr[train],
-            labels[train],
-            hr[test][: config["max_test"]],
-            labels[test][: config["max_test"]],
+            split.x_train[..., None],
+            split.y_train,
+            split.x_test[..., None][: config["max_test"]],
+            split.y_test[: config["max_test"]],
         )
     size = config["patch"]
     train = load_sr_patches(size, split="train", seed=0)
@@ -276,33 +279,10 @@ def mf_loss(
     )
 
 
-def interleaved_times(calls, rounds):
-    """Medians of alternately timed, already-compiled thunks (robust to load drift).
-
-    ``calls`` maps a name to a zero-argument function; each is run once (compile), then
-    ``rounds`` times in turn, the order alternating per round. Returns the median seconds per
-    name and, for every pair, the median of the per-round ratios ``"a/b"``.
-    """
-    names = list(calls)
-    for fn in calls.values():
-        jax.block_until_ready(fn())
-    times = {n: [] for n in names}
-    for i in range(rounds):
-        for n in names if i % 2 == 0 else names[::-1]:
-            t0 = time.perf_counter()
-            jax.block_until_ready(calls[n]())
-            times[n].append(time.perf_counter() - t0)
-    out = {n: float(np.median(v)) for n, v in times.items()}
-    for a in names:
-        for b in names:
-            if a != b:
-                ratios = np.asarray(times[a]) / np.asarray(times[b])
-                out[f"{a}/{b}"] = float(np.median(ratios))
-    return out
-
-
 class EvalCNN(eqx.Module):
-    """Small CNN classifier; ``features`` is its 64-d penultimate layer (digits-FD)."""
+    """Small CNN for the patch task (4-way rotation pretext); ``features`` is its 64-d
+    penultimate layer. The digits task uses the network shipped with `jaxgen.metrics` instead.
+    """
 
     conv1: eqx.nn.Conv2d
     conv2: eqx.nn.Conv2d
@@ -392,6 +372,10 @@ def image_metrics(samples, hr, lr, scale):
 
 @eqx.filter_jit
 def cnn_outputs(cnn, imgs):
+    """(features, predicted class) of (N, H, W, C) images; ``cnn=None``: the shipped digits net."""
+    if cnn is None:
+        flat = imgs.reshape(-1, 8, 8)
+        return digits_features(flat), jnp.argmax(digits_logits(flat), axis=-1)
     return jax.vmap(cnn.features)(imgs), jnp.argmax(jax.vmap(cnn)(imgs), axis=-1)
 
 
@@ -448,46 +432,33 @@ def piq_peer(samples, hr, count, ours_psnr, ours_ssim):
 
 
 def torchcfm_peer(config, x_train, c_train, c_test, shape, evaluate):
-    try:
-        import torch
-        from torchcfm.conditional_flow_matching import ConditionalFlowMatcher
-    except ImportError:
+    """Torchcfm conditional flow matching on the same pairs (`benchmarks._peers`)."""
+    mods = import_torchcfm()
+    if mods is None:
         return "not installed", None
-    torch.manual_seed(0)
-    torch.set_num_threads(1)  # OpenMP spin-waits collapse on a shared, loaded CPU
+    torch, cfm = mods
     dim, net_cfg = x_train.shape[1], config["net"]
-    width, depth, emb = net_cfg["width"], max(net_cfg["depth"], 1), 1
-    layers, size = [], 2 * dim + emb
-    for _ in range(depth):
-        layers += [torch.nn.Linear(size, width), torch.nn.SiLU()]
-        size = width
-    net = torch.nn.Sequential(*layers, torch.nn.Linear(size, dim))
-    opt = torch.optim.AdamW(net.parameters(), lr=config["teacher_lr"], weight_decay=1e-4)
-    matcher = ConditionalFlowMatcher(sigma=0.0)
     xs, cs = torch.from_numpy(np.array(x_train)), torch.from_numpy(np.array(c_train))
     rng = np.random.default_rng(0)
-    times = []
-    for _ in range(config["peer_steps"]):
-        start = time.perf_counter()
+
+    def draw(step):
         idx = torch.from_numpy(rng.integers(0, len(xs), config["batch"]))
-        x1, c = xs[idx], cs[idx]
-        x0 = torch.randn_like(x1)
-        t, xt, ut = matcher.sample_location_and_conditional_flow(x0, x1)
-        loss = ((net(torch.cat([xt, c, t[:, None]], -1)) - ut) ** 2).sum(-1).mean()
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
-        opt.step()
-        times.append(time.perf_counter() - start)
-    seeds = config["seeds"]
-    with torch.no_grad():
+        x1 = xs[idx]
+        return torch.randn_like(x1), x1, cs[idx]
+
+    seeds, steps = config["seeds"], config["euler_steps"][-1]
+    with torch_threads(1):
+        net = torch_mlp(2 * dim + 1, dim, net_cfg["width"], max(net_cfg["depth"], 1))
+        times = torchcfm_train(
+            net,
+            cfm.ConditionalFlowMatcher(sigma=0.0),
+            draw,
+            config["peer_steps"],
+            lr=config["teacher_lr"],
+        )
         c = torch.from_numpy(np.array(c_test)).repeat(seeds, 1)
-        gen = torch.Generator().manual_seed(1)
-        z = torch.randn(c.shape, generator=gen)
-        steps = config["euler_steps"][-1]
-        for i in range(steps):
-            t = torch.full((z.shape[0], 1), i / steps)
-            z = z + net(torch.cat([z, c, t], -1)) / steps
+        z = torch.randn(c.shape, generator=torch.Generator().manual_seed(1))
+        z = torch_euler(net, z, steps, c)
     samples = z.numpy().reshape((seeds, len(c_test)) + shape)
     row = evaluate(jnp.asarray(samples))
     return {
@@ -526,23 +497,26 @@ def run(config, key, rec):
     timings = {}
 
     # --- evaluation CNN (never the discriminator's features) ---
-    classes = 10 if y_train is not None else 4
-    cnn = EvalCNN(shape, classes, key=next(keys))
-    cnn = fit(
-        classifier_loss,
-        cnn,
-        classifier_batches(hr_train, y_train, 128),
-        optax.adam(2e-3),
-        num_steps=config["classifier_steps"],
-        key=next(keys),
-        progress=False,
-    ).model
-    ref_feats, _ = cnn_outputs(cnn, jnp.asarray(hr_train))
+    # digits: the feature network shipped with jaxgen.metrics (digits_fd's); patches: a
+    # rotation-pretext CNN trained here (no shipped network for natural-image patches).
+    cnn_keys = (next(keys), next(keys))
+    cnn = None
+    if y_train is None:
+        cnn = fit(
+            classifier_loss,
+            EvalCNN(shape, 4, key=cnn_keys[0]),
+            classifier_batches(hr_train, y_train, 128),
+            optax.adam(2e-3),
+            num_steps=config["classifier_steps"],
+            key=cnn_keys[1],
+            progress=False,
+        ).model
+    ref_feats = None if cnn is None else cnn_outputs(cnn, jnp.asarray(hr_train))[0]
     if y_test is not None:
         clean_acc = float(jnp.mean(cnn_outputs(cnn, hr_te)[1] == jnp.asarray(y_test)))
         rec.claim(
             "classifier_trained",
-            "eval CNN accuracy on clean HR test digits >= 0.9",
+            "shipped digits network (jaxgen.metrics) accuracy on clean HR test digits >= 0.9",
             clean_acc,
             ">=",
             0.9,
@@ -559,7 +533,11 @@ def run(config, key, rec):
             "ssim": float(jnp.mean(s)),
             "lr_psnr": float(jnp.mean(jnp.minimum(lp, 100.0))),
             "diversity": float(jnp.mean(jax.vmap(sample_diversity, in_axes=1)(imgs))),
-            "fd": float(feature_frechet_distance(feats, ref_feats)),
+            "fd": float(
+                digits_fd(imgs.reshape(-1, 8, 8), hr_train.reshape(-1, 8, 8))
+                if cnn is None
+                else feature_frechet_distance(feats, ref_feats)
+            ),
         }
         if labels is not None:
             row["accuracy"] = float(jnp.mean(pred.reshape(imgs.shape[:2]) == labels[None]))

@@ -91,7 +91,7 @@ MODELS = ("abs_diff", "product", "sbm3")
 
 
 def _fit(A, K, key, starts):
-    est = estimate_graphon(A, K, key=key, num_starts=starts, throw=False)
+    est = estimate_graphon(key, A, K, num_starts=starts, throw=False)
     return (
         est.edge_probabilities(),
         est.labels,
@@ -109,7 +109,7 @@ def _fit_batch(A, K, keys, starts):
 @functools.partial(jax.jit, static_argnums=1)
 def _baselines_batch(A, K, keys):
     """USVT, SAS and the network histogram on a batch of graphs (one compiled call)."""
-    one = lambda a, k: (usvt(a), sas(a), network_histogram(a, K, key=k)[0])  # noqa: E731
+    one = lambda a, k: (usvt(a), sas(a), network_histogram(k, a, K)[0])  # noqa: E731
     return jax.vmap(one)(A, keys)
 
 
@@ -337,9 +337,9 @@ def _real_graphs(config, key, rec):
         return
     davis = graphs["davis"]
     est = estimate_graphon(
+        jr.fold_in(key, 1),
         davis.adjacency,
         2,
-        key=jr.fold_in(key, 1),
         init="random",
         num_starts=config["davis_starts"],
         throw=False,
@@ -347,9 +347,9 @@ def _real_graphs(config, key, rec):
     davis_ari = float(adjusted_rand_index(jnp.asarray(davis.labels), est.labels))
     karate = graphs["karate"]
     est = estimate_graphon(
+        jr.fold_in(key, 2),
         karate.adjacency,
         4,
-        key=jr.fold_in(key, 2),
         num_starts=config["karate_starts"],
         throw=False,
     )
@@ -408,7 +408,7 @@ def _real_graphs(config, key, rec):
         for r in range(config["real_reps"]):
             k_mask, k_fit = jr.split(jr.fold_in(key, 100 + r))
             A_train, mask = hold_out_pairs(k_mask, A, 0.1)
-            est = estimate_graphon(A_train, K, key=k_fit, num_starts=10, throw=False)
+            est = estimate_graphon(k_fit, A_train, K, num_starts=10, throw=False)
             vals.append(float(link_auc(est.edge_probabilities(), A, mask)))
             vals_usvt.append(float(link_auc(usvt(A_train, regime="sparse"), A, mask)))
         aucs[name] = {
@@ -462,7 +462,7 @@ def _speed(config, key, rec, ot):
     Kb = int(np.floor(np.sqrt(nb)))
     keys = jr.split(jr.fold_in(key, 7), bs)
     A_b = jnp.stack([sample_graphon(k, nb, GRAPHONS["abs_diff"])[0] for k in keys])
-    init_b = jax.jit(jax.vmap(lambda A, k: init_coupling(A, Kb, "kmeans", key=k)[0]))
+    init_b = jax.jit(jax.vmap(lambda A, k: init_coupling(k, A, Kb, "kmeans")[0]))
     T0_b = init_b(A_b, jr.split(jr.fold_in(key, 8), bs))
     solve_b = jax.jit(jax.vmap(lambda A, T0: srgw_barycenter(A, T0, tol=tol, throw=False)))
     timing_b = rec.time(solve_b, A_b, T0_b, repeats=3)

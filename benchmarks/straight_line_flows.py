@@ -18,6 +18,14 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
+from benchmarks._peers import (
+    cosine,
+    import_torchcfm,
+    torch_euler,
+    torch_mlp,
+    torch_threads,
+    torchcfm_train,
+)
 from jaxgen.core import adamw_cosine, fit, solve_ode
 from jaxgen.flows import (
     GaussianStraightProcess,
@@ -117,54 +125,44 @@ def evaluate_learned(model, x0, num_steps):
 
 
 def torchcfm_peer(config, endpoints, x0_eval, steps):
-    """Train torchcfm's CFM and OT-CFM with a torch MLP of the same size; Euler-K W2."""
-    try:
-        import torch
-        from torchcfm.conditional_flow_matching import (
-            ConditionalFlowMatcher,
-            ExactOptimalTransportConditionalFlowMatcher,
-        )
-    except Exception:  # noqa: BLE001 - any import failure means the peer is unavailable
+    """Train torchcfm's CFM and OT-CFM with a torch MLP of the same size; Euler-K W2
+    (`benchmarks._peers`).
+    """
+    mods = import_torchcfm()
+    if mods is None:
         return "not installed"
-    torch.manual_seed(0)
+    torch, cfm = mods
     m0, s0, m1, s1 = (np.asarray(a) for a in endpoints)
-    dim, width = m0.shape[0], config["width"]
+    dim = m0.shape[0]
     rng = np.random.default_rng(0)
+
+    def draw(step):
+        x0 = torch.from_numpy(rng.multivariate_normal(m0, s0, config["batch"]))
+        x1 = torch.from_numpy(rng.multivariate_normal(m1, s1, config["batch"]))
+        return x0, x1, None
+
     results = {}
-    for label, matcher in (
-        ("cfm", ConditionalFlowMatcher(sigma=0.0)),
-        ("ot_cfm", ExactOptimalTransportConditionalFlowMatcher(sigma=0.0)),
-    ):
-        layers, size = [], dim + 1
-        for _ in range(config["depth"]):
-            layers += [torch.nn.Linear(size, width), torch.nn.SiLU()]
-            size = width
-        net = torch.nn.Sequential(*layers, torch.nn.Linear(size, dim)).double()
-        opt = torch.optim.AdamW(net.parameters(), lr=1e-3, weight_decay=1e-4)
-        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, config["train_steps"])
-        start = time.perf_counter()
-        for _ in range(config["train_steps"]):
-            x0 = torch.from_numpy(rng.multivariate_normal(m0, s0, config["batch"]))
-            x1 = torch.from_numpy(rng.multivariate_normal(m1, s1, config["batch"]))
-            t, xt, ut = matcher.sample_location_and_conditional_flow(x0, x1)
-            loss = ((net(torch.cat([t[:, None], xt], -1)) - ut) ** 2).sum(-1).mean()
-            opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
-            opt.step()
-            sched.step()
-        train_s = time.perf_counter() - start
-        w2 = {}
-        with torch.no_grad():
+    with torch_threads(torch.get_num_threads()):
+        for label, matcher in (
+            ("cfm", cfm.ConditionalFlowMatcher(sigma=0.0)),
+            ("ot_cfm", cfm.ExactOptimalTransportConditionalFlowMatcher(sigma=0.0)),
+        ):
+            net = torch_mlp(dim + 1, dim, config["width"], config["depth"], double=True)
+            times = torchcfm_train(
+                net,
+                matcher,
+                draw,
+                config["train_steps"],
+                lr=1e-3,
+                schedule=cosine(config["train_steps"]),
+            )
+            w2 = {}
             for k in steps:
-                x = torch.from_numpy(np.array(x0_eval, dtype=np.float64))
-                for i in range(k):
-                    t = torch.full((x.shape[0], 1), i / k, dtype=x.dtype)
-                    x = x + net(torch.cat([t, x], -1)) / k
+                x = torch_euler(net, torch.from_numpy(np.array(x0_eval, dtype=np.float64)), k)
                 w2[k] = float(
                     empirical_gaussian_w2(jnp.asarray(x.numpy()), jnp.asarray(m1), jnp.asarray(s1))
                 )
-        results[label] = {"train_s": train_s, "w2_by_steps": w2}
+            results[label] = {"train_s": sum(times), "w2_by_steps": w2}
     return results
 
 

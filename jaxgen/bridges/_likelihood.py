@@ -7,8 +7,9 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
+from ..core import gaussian_logpdf_chol
 from ._htransform import log_h
-from ._potential import AbstractLogPotential, _gaussian_logpdf_shared
+from ._potential import AbstractLogPotential
 from ._quadrature import Quadrature
 from ._reference import AbstractReference, _check_horizon
 
@@ -73,7 +74,7 @@ def log_terminal_density(
         mu0 = jnp.zeros(d, y.dtype) if source_mean is None else jnp.asarray(source_mean, y.dtype)
         S0 = jnp.eye(d, dtype=y.dtype) if source_cov is None else jnp.asarray(source_cov, y.dtype)
         mean_T, G = ref.terminal_marginal(mu0, S0, T)
-        log_marg = _gaussian_logpdf_shared(y[None, :], mean_T, jnp.linalg.cholesky(G))[0]
+        log_marg = gaussian_logpdf_chol(y[None, :], mean_T, jnp.linalg.cholesky(G))[0]
         post_mean, post_cov = ref.backward_posterior(y, mu0, S0, T)
         # PSD square root (the posterior may be singular, e.g. a Dirac source).
         evals, evecs = jnp.linalg.eigh(post_cov)
@@ -101,5 +102,5 @@ def _e1_from_bank(
     chol = jnp.sqrt(ref.cov_factor(T)) * ref.sqrt_Sigma
     F, g = ref.decay(T), ref.offset(T)
     # log q_T(y | x_i) = log N(y - F x_i; g, Sigma_T), one Cholesky factor for all i.
-    log_q = _gaussian_logpdf_shared(y[None, :] - F * bank, g, chol)
+    log_q = gaussian_logpdf_chol(y[None, :] - F * bank, g, chol)
     return psi(y) + jax.nn.logsumexp(log_q - bank_log_h) - jnp.log(bank.shape[0])

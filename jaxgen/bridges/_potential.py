@@ -12,6 +12,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
+from ..core import gaussian_logpdf_chol
+from ._quadrature import weighted_points
 from ._reference import AbstractReference
 
 
@@ -31,16 +33,6 @@ class AbstractClosedFormLogPotential(AbstractLogPotential):
         self, ref: AbstractReference, x: Float[Array, " dim"], tau: Float[ArrayLike, ""]
     ) -> Float[Array, ""]:
         """``log E exp psi(mean(x, tau) + cov(tau)^{1/2} xi)``, ``xi ~ N(0, I)``."""
-
-
-def _gaussian_logpdf_shared(
-    y: Float[Array, "K dim"], mean: Float[Array, " dim"], chol: Float[Array, "dim dim"]
-) -> Float[Array, " K"]:
-    """``log N(y_k; mean, L L^T)`` for every row of ``y`` with one Cholesky factor ``L``."""
-    z = jax.scipy.linalg.solve_triangular(chol, (y - mean[None, :]).T, lower=True)
-    d = y.shape[1]
-    half_logdet = jnp.sum(jnp.log(jnp.abs(jnp.diagonal(chol))))
-    return -0.5 * jnp.sum(z**2, 0) - half_logdet - 0.5 * d * jnp.log(2 * jnp.pi)
 
 
 class BoundedMLPLogPotential(AbstractLogPotential):
@@ -185,7 +177,7 @@ class GMMLogPotential(AbstractClosedFormLogPotential):
 
         def one(mu: Array, cov: Array) -> Array:
             L = jnp.linalg.cholesky(cov)
-            return _gaussian_logpdf_shared(y[None, :], mu, L)[0]
+            return gaussian_logpdf_chol(y[None, :], mu, L)[0]
 
         return jax.nn.logsumexp(self.log_alpha + jax.vmap(one)(self.mu, covs))
 
@@ -218,13 +210,7 @@ class AtomicLogPotential(AbstractClosedFormLogPotential):
 
     def __init__(self, log_alpha: Float[ArrayLike, " K"], atoms: Float[ArrayLike, "K dim"]):
         """Build the atomic potential."""
-        atoms = jnp.asarray(atoms)
-        log_alpha = jnp.asarray(log_alpha, atoms.dtype)
-        if atoms.ndim != 2 or log_alpha.shape != atoms.shape[:1]:
-            raise ValueError(
-                f"`log_alpha` (K,) and `atoms` (K, dim) must agree, got {log_alpha.shape} and "
-                f"{atoms.shape}."
-            )
+        atoms, log_alpha = weighted_points(atoms, log_alpha, ("atoms", "log_alpha"))
         self.log_alpha, self.atoms = log_alpha, atoms
 
     def __call__(self, x: Float[Array, " dim"]) -> Float[Array, ""]:
@@ -237,5 +223,5 @@ class AtomicLogPotential(AbstractClosedFormLogPotential):
         """Closed-form ``log T_tau e^psi(x)`` (``tau > 0``)."""
         chol = jnp.sqrt(ref.cov_factor(tau)) * ref.sqrt_Sigma
         return jax.nn.logsumexp(
-            self.log_alpha + _gaussian_logpdf_shared(self.atoms, ref.mean(x, tau), chol)
+            self.log_alpha + gaussian_logpdf_chol(self.atoms, ref.mean(x, tau), chol)
         )

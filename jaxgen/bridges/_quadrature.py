@@ -12,7 +12,28 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
-from jaxtyping import Array, Float, PRNGKeyArray
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
+
+
+def weighted_points(
+    points: Float[ArrayLike, "..."],
+    log_weights: Float[ArrayLike, "..."],
+    names: tuple[str, str] = ("nodes", "log_weights"),
+) -> tuple[Float[Array, "M dim"], Float[Array, " M"]]:
+    """The checked pair ``(points (M, dim), log-weights (M,))`` behind `Quadrature` (normalised
+    weights under N(0, I)) and `AtomicLogPotential` (unnormalised atom weights).
+
+    Raises:
+        ValueError: naming ``names`` when the shapes disagree.
+    """
+    points = jnp.asarray(points)
+    log_weights = jnp.asarray(log_weights, points.dtype)
+    if points.ndim != 2 or log_weights.shape != points.shape[:1]:
+        raise ValueError(
+            f"`{names[0]}` must be (M, dim) and `{names[1]}` (M,), got {points.shape} and "
+            f"{log_weights.shape}."
+        )
+    return points, log_weights
 
 
 class Quadrature(eqx.Module):
@@ -23,13 +44,7 @@ class Quadrature(eqx.Module):
 
     def __init__(self, nodes: Float[Array, "M dim"], log_weights: Float[Array, " _"]):
         """Wrap nodes and log-weights; the weights are renormalised to sum to one."""
-        nodes = jnp.asarray(nodes)
-        log_weights = jnp.asarray(log_weights, nodes.dtype)
-        if nodes.ndim != 2 or log_weights.shape != nodes.shape[:1]:
-            raise ValueError(
-                "`nodes` must be (M, dim) and `log_weights` (M,), got "
-                f"{nodes.shape} and {log_weights.shape}."
-            )
+        nodes, log_weights = weighted_points(nodes, log_weights)
         self.nodes = nodes
         self.log_weights = log_weights - jax.nn.logsumexp(log_weights)
 

@@ -1,6 +1,6 @@
 """Empirical-risk minimisation of the Schrödinger potential (negative log-likelihood of X_T)."""
 
-from typing import Any
+from typing import Any, Unpack
 
 import equinox as eqx
 import jax
@@ -9,10 +9,10 @@ import jax.random as jr
 import optax
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
-from ..core import FitResult, adamw_cosine, fit
+from ..core import FitOptions, FitResult, adamw_cosine, check_fit_options, fit, minibatches
 from ._likelihood import _e1_from_bank, source_bank_log_h
 from ._potential import AbstractClosedFormLogPotential, AbstractLogPotential
-from ._quadrature import Quadrature
+from ._quadrature import monte_carlo
 from ._reference import AbstractReference, _positive
 
 
@@ -91,44 +91,30 @@ class SBNLLLoss(eqx.Module):
         d = self.ref.dim
         bank_key, inner_key = jr.split(key)
         bank = jr.normal(bank_key, (self.num_sources, d), batch.dtype)
-        if isinstance(psi, AbstractClosedFormLogPotential):
-            inner = None
-        else:
-            half = jr.normal(inner_key, (self.num_inner // 2, d), batch.dtype)
-            nodes = jnp.concatenate([half, -half])
-            inner = Quadrature(nodes, jnp.zeros(self.num_inner, batch.dtype))
+        inner = None
+        if not isinstance(psi, AbstractClosedFormLogPotential):
+            inner = monte_carlo(inner_key, d, self.num_inner, dtype=batch.dtype)
         lh = source_bank_log_h(psi, self.ref, self.T, bank, inner)
         ll = jax.vmap(lambda y: _e1_from_bank(psi, self.ref, y, self.T, bank, lh))(batch)
         centre = jnp.mean(jax.vmap(psi)(bank))
         return -jnp.mean(ll) + self.penalty * centre**2
 
 
-class _RowSampler(eqx.Module):
-    """Pure minibatch sampler whose data is a traced field (one compile per shape, not per call)."""
-
-    Y: Float[Array, "n dim"]
-    batch_size: int = eqx.field(static=True)
-
-    def __call__(self, key: PRNGKeyArray) -> Float[Array, "B dim"]:
-        return self.Y[jr.randint(key, (self.batch_size,), 0, self.Y.shape[0])]
-
-
 def fit_log_potential(
-    key: PRNGKeyArray,
     psi: AbstractLogPotential,
     Y: Any,
     *,
+    key: PRNGKeyArray,
+    num_steps: int = 2000,
+    optimizer: optax.GradientTransformation | None = None,
     ref: AbstractReference,
     T: Float[ArrayLike, ""],
-    num_steps: int = 2000,
     batch_size: int = 256,
     num_sources: int = 256,
     num_inner: int = 64,
     penalty: float = 1e-2,
-    optimizer: optax.GradientTransformation | None = None,
     learning_rate: float = 2e-3,
-    checkpoint_dir: str | None = None,
-    progress: bool = True,
+    **fit_options: Unpack[FitOptions],
 ) -> FitResult:
     r"""Fit ``psi`` by maximum likelihood of the bridge's terminal law: ``argmin L_n(psi)``.
 
@@ -136,9 +122,10 @@ def fit_log_potential(
     constant), minimised with `jaxgen.core.fit` on `SBNLLLoss` (AdamW, cosine decay, clipping 1).
 
     Args:
-        key: PRNG key (batches, source banks, inner nodes).
         psi: initial potential.
-        Y: target samples ``(n, dim)``, finite.
+        Y: target samples ``(n, dim)``, finite (the data: ``batch_size`` rows drawn per step,
+            `jaxgen.core.minibatches`).
+        key: PRNG key of the run (batches, source banks, inner nodes).
         ref: reference diffusion (source ``rho0 = N(0, I)`` at time 0).
         T: horizon (> 0).
         num_steps: optimiser steps.
@@ -147,10 +134,9 @@ def fit_log_potential(
         num_inner: inner nodes ``M`` for ``h`` (keep it >= 32: see `SBNLLLoss` on the bias a
             small ``M`` puts into the loss).
         penalty: weight of the centring penalty.
-        optimizer: optax transformation (default ``adamw_cosine(learning_rate, num_steps)``).
+        optimizer: default ``adamw_cosine(learning_rate, num_steps, weight_decay=0)``.
         learning_rate: used by the default optimizer.
-        checkpoint_dir: passed to `fit` (resume).
-        progress: tqdm bar on a terminal.
+        **fit_options: `jaxgen.core.FitOptions`, forwarded to `jaxgen.core.fit`.
 
     Returns:
         The `FitResult` of `jaxgen.core.fit` (``.model`` is the fitted potential).
@@ -158,6 +144,7 @@ def fit_log_potential(
     References:
         Puchkin et al., Sample complexity of Schrödinger potential estimation, arXiv 2506.03043.
     """
+    check_fit_options(fit_options)
     Y = check_samples(Y, ref.dim, "Y")
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"`batch_size` must be an int >= 1, got {batch_size!r}.")
@@ -167,12 +154,11 @@ def fit_log_potential(
     return fit(
         loss,
         psi,
-        _RowSampler(Y, batch_size),
+        minibatches(Y, batch_size),
         optimizer,
         num_steps=num_steps,
         key=key,
-        checkpoint_dir=checkpoint_dir,
-        progress=progress,
+        **fit_options,
     )
 
 
@@ -198,8 +184,7 @@ def _evaluate_nll(key: Any, psi: Any, Y: Any, ref: Any, T: Any, N: int, M: int) 
     bank = jr.normal(bank_key, (N, d), Y.dtype)
     inner = None
     if not isinstance(psi, AbstractClosedFormLogPotential):
-        half = jr.normal(inner_key, (M // 2, d), Y.dtype)
-        inner = Quadrature(jnp.concatenate([half, -half]), jnp.zeros(2 * (M // 2), Y.dtype))
+        inner = monte_carlo(inner_key, d, 2 * (M // 2), dtype=Y.dtype)
     lh = source_bank_log_h(psi, ref, T, bank, inner)
     ll = jax.lax.map(lambda y: _e1_from_bank(psi, ref, y, T, bank, lh), Y, batch_size=256)
     return -jnp.mean(ll)

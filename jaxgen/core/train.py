@@ -7,11 +7,13 @@ a run restarted from its step-``k`` checkpoint replays exactly the steps an unin
 would have taken.
 """
 
+import dataclasses
+import functools
 import os
 import sys
 import warnings
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, TypedDict
 
 import equinox as eqx
 import jax
@@ -301,17 +303,62 @@ def adamw_cosine(
     warmup_steps: int = 0,
     weight_decay: float = 1e-4,
     clip_norm: float | None = 1.0,
+    b1: float = 0.9,
+    b2: float = 0.999,
+    mask: Any = None,
 ) -> optax.GradientTransformation:
-    """AdamW with linear warm-up then cosine decay, and global-norm gradient clipping."""
+    """AdamW with linear warm-up then cosine decay, and global-norm gradient clipping.
+
+    The one warm-up-cosine AdamW builder of jaxgen (the LM preset `jaxgen.transformers.lm_optimizer`
+    is this with betas 0.9/0.95 and decay on matrices only).
+
+    Args:
+        learning_rate: peak learning rate.
+        num_steps: steps of the schedule (warm-up included); the decay reaches 0 at
+            ``max(num_steps, warmup_steps + 1)``.
+        warmup_steps: linear warm-up from 0 (``0``: start at the peak).
+        weight_decay: AdamW decoupled weight decay.
+        clip_norm: global gradient-norm clip applied first (``None``: none).
+        b1, b2: Adam betas.
+        mask: optax.adamw's weight-decay mask (a pytree of bools or a function of the params).
+
+    Returns:
+        An optax transformation. Equal (hashable) arguments return the same object, so that
+        `fit`, whose compiled chunk is keyed on the optimiser, compiles once for repeated runs
+        (seeds, restarts, arms sharing a recipe).
+    """
+    args = (learning_rate, num_steps, warmup_steps, weight_decay, clip_norm, b1, b2, mask)
+    try:
+        return _adamw_cosine(*args)
+    except TypeError:  # an unhashable argument (an array learning rate, a pytree mask)
+        return _adamw_cosine.__wrapped__(*args)
+
+
+@functools.lru_cache(maxsize=64)
+def _adamw_cosine(
+    learning_rate: Any,
+    num_steps: int,
+    warmup_steps: int,
+    weight_decay: Any,
+    clip_norm: Any,
+    b1: Any,
+    b2: Any,
+    mask: Any,
+) -> optax.GradientTransformation:
+    warmup = max(warmup_steps, 1)
     schedule = optax.warmup_cosine_decay_schedule(
-        0.0 if warmup_steps else learning_rate, learning_rate, max(warmup_steps, 1), num_steps
+        0.0 if warmup_steps else learning_rate, learning_rate, warmup, max(num_steps, warmup + 1)
     )
-    adamw = optax.adamw(schedule, weight_decay=weight_decay)
+    adamw = optax.adamw(schedule, b1=b1, b2=b2, weight_decay=weight_decay, mask=mask)
     return adamw if clip_norm is None else optax.chain(optax.clip_by_global_norm(clip_norm), adamw)
 
 
-class FitResult(NamedTuple):
-    """What `fit` returns.
+class FitResult(eqx.Module):
+    """What `fit` returns, and what every ``fit_<method>`` trainer of jaxgen returns.
+
+    A method whose trainer has more to report subclasses it and adds its extras as fields
+    (e.g. `jaxgen.energy.JEMResult.buffer`); ``dataclasses.replace(result, model=...)`` makes a
+    modified copy. It is an equinox module (a pytree), not a tuple: read it by attribute.
 
     Attributes:
         model: the trained model.
@@ -368,6 +415,88 @@ class NonFiniteError(FloatingPointError):
             f"last finite loss: {last}; {where}. Lower the learning rate or check the data and "
             'the loss; `on_nonfinite="skip_step"` drops such steps and trains on.'
         )
+
+    @classmethod
+    def extend(cls, result: "FitResult", **extras: Any) -> Any:
+        """``result`` as a ``cls``: its `FitResult` fields (``model`` overridable) + ``extras``.
+
+        A trainer returning a subclass ends with ``MyResult.extend(fit(...), extra=...)``.
+        """
+        fields = {f.name: getattr(result, f.name) for f in dataclasses.fields(FitResult)}
+        return cls(**{**fields, **extras})
+
+
+class FitOptions(TypedDict, total=False):
+    """The options of `fit` that every ``fit_<method>`` trainer forwards (``**fit_options``).
+
+    Attributes:
+        steps_per_call: optimiser steps per compiled call (default `DEFAULT_STEPS_PER_CALL`).
+        callback: ``callback(step, model, state) -> dict | None`` (with ``callback_every``).
+        callback_every: steps between callback calls.
+        checkpoint_dir: where to write checkpoints and resume from.
+        checkpoint_every: steps between checkpoints.
+        keep_checkpoints: how many recent checkpoints to keep.
+        mesh: a device mesh (`data_mesh`) for data parallelism.
+        progress: a tqdm bar when stderr is a terminal (default ``True``).
+        on_nonfinite: ``"raise"`` (default), ``"skip_step"`` or ``"ignore"`` at a non-finite
+            loss or update.
+        shard_params: shard parameters and optimiser state over the mesh (FSDP; ``True``, or a
+            rule ``(path, array) -> PartitionSpec | None``).
+    """
+
+    steps_per_call: int | None
+    callback: Callable[[int, PyTree, PyTree], dict[str, Any] | None] | None
+    callback_every: int | None
+    checkpoint_dir: str | None
+    checkpoint_every: int
+    keep_checkpoints: int
+    mesh: Mesh | None
+    progress: bool
+    on_nonfinite: str
+    shard_params: Any
+
+
+#: The names of `FitOptions`, in `fit`'s order.
+FIT_OPTIONS: tuple[str, ...] = tuple(FitOptions.__annotations__)
+
+
+def check_fit_options(fit_options: dict[str, Any], name: str = "fit_options") -> dict[str, Any]:
+    """``fit_options`` may only hold `FitOptions` keys (a trainer's ``**fit_options``).
+
+    Raises:
+        TypeError: naming the unknown option(s) and the accepted ones.
+    """
+    unknown = sorted(set(fit_options) - set(FIT_OPTIONS))
+    if unknown:
+        raise TypeError(
+            f"`{name}` got unknown option(s) {unknown}; the options forwarded to "
+            f"`jaxgen.core.fit` are {list(FIT_OPTIONS)}."
+        )
+    return fit_options
+
+
+def as_batches(data: Any, batch_size: int | None, name: str = "data") -> BatchSampler:
+    """The one data form of the ``fit_<method>`` trainers, as a pure batch sampler.
+
+    Args:
+        data: a pure sampler ``batches(key) -> batch`` (any callable, used as is: e.g.
+            `minibatches`, `jaxgen.data.random_windows`), or a pytree of arrays sharing the
+            leading axis (one row per example), from which each step draws ``batch_size`` rows
+            with replacement (`minibatches`).
+        batch_size: rows per step; required (an int >= 1) when ``data`` are arrays.
+        name: the argument's name in error messages.
+
+    Returns:
+        ``batches(key) -> batch``.
+    """
+    if callable(data) and not eqx.is_array(data):
+        return data
+    if batch_size is None:
+        raise ValueError(
+            f"`batch_size` is required when `{name}` are arrays (rows drawn per step); "
+            "or pass a sampler `batches(key) -> batch`."
+        )
+    return minibatches(data, batch_size)
 
 
 #: Optimiser steps per compiled call when `fit` is not told otherwise: short runs take a handful
@@ -671,11 +800,11 @@ def fit(
             stacklevel=2,
         )
     return FitResult(
-        model,
-        opt_state,
-        np.asarray(losses, dtype=np.float64),
-        start,
-        state if stateful else None,
-        tuple(evaluations),
-        tuple(nonfinite),
+        model=model,
+        opt_state=opt_state,
+        losses=np.asarray(losses, dtype=np.float64),
+        resumed_from=start,
+        state=state if stateful else None,
+        evaluations=tuple(evaluations),
+        nonfinite_steps=tuple(nonfinite),
     )

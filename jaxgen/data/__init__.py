@@ -44,7 +44,10 @@ from ._graphs import (
     load_les_miserables as load_les_miserables,
 )
 from ._images import (
+    DIGITS_TEST_SIZE as DIGITS_TEST_SIZE,
     SKIMAGE_IMAGES as SKIMAGE_IMAGES,
+    DigitsSplit as DigitsSplit,
+    digits_split as digits_split,
     extract_patches as extract_patches,
     load_digits as load_digits,
     load_sample_images as load_sample_images,

@@ -3,6 +3,8 @@
 Everything returns numpy arrays (see specs/DATA.md for licences); nothing is downloaded.
 """
 
+from typing import NamedTuple
+
 import numpy as np
 from jaxtyping import PRNGKeyArray
 
@@ -39,6 +41,54 @@ def load_digits() -> tuple[np.ndarray, np.ndarray]:
     datasets = require_module("sklearn.datasets", pip_name="scikit-learn")
     bunch = datasets.load_digits()
     return np.asarray(bunch.images, dtype=np.float64), np.asarray(bunch.target, dtype=np.int64)
+
+
+#: Size of the held-out split of `digits_split` (20% of the 1797 digits).
+DIGITS_TEST_SIZE = 360
+
+
+class DigitsSplit(NamedTuple):
+    """`digits_split` output: images ``(n, 8, 8)`` float32 in ``[-1, 1]``, labels int64.
+
+    Attributes:
+        x_train: 1437 training images, ``pixel / 8 - 1`` (pixels in 0..16).
+        y_train: their labels in 0..9.
+        x_test: 360 held-out images, same scale.
+        y_test: their labels.
+    """
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+
+
+def digits_split(seed: int = 0) -> DigitsSplit:
+    """The one train/test split and scale of the digits used across jaxgen.
+
+    A ``numpy.random.default_rng(seed)`` permutation of `load_digits`: the last
+    `DIGITS_TEST_SIZE` (360) images are held out, the first 1437 train. Pixels (0..16) are
+    scaled to ``x = pixel / 8 - 1`` in ``[-1, 1]`` (float32), the input scale of
+    `jaxgen.metrics.digits_features`; ``(x + 1) * 8`` recovers the integer pixels exactly.
+    The digits feature network shipped with `jaxgen.metrics` was trained on the ``seed=0``
+    training split, so evaluate it on that split's test images.
+
+    Args:
+        seed: seed of the permutation.
+
+    Returns:
+        `DigitsSplit` ``(x_train, y_train, x_test, y_test)``.
+
+    Raises:
+        MissingDataError: scikit-learn is not installed.
+    """
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise TypeError(f"`seed` must be an int, got {type(seed).__name__}.")
+    images, labels = load_digits()
+    x = (images / 8.0 - 1.0).astype(np.float32)
+    perm = np.random.default_rng(seed).permutation(len(x))
+    train, test = perm[: len(x) - DIGITS_TEST_SIZE], perm[len(x) - DIGITS_TEST_SIZE :]
+    return DigitsSplit(x[train], labels[train], x[test], labels[test])
 
 
 def load_sample_images(*, grey: bool = False) -> list[np.ndarray]:
@@ -82,7 +132,7 @@ def load_skimage_grey(name: str) -> np.ndarray:
     return image / 255.0
 
 
-def extract_patches(image: np.ndarray, size: int, *, key: PRNGKeyArray, num: int) -> np.ndarray:
+def extract_patches(key: PRNGKeyArray, image: np.ndarray, size: int, *, num: int) -> np.ndarray:
     """``num`` square patches at uniformly random positions (with replacement) of a 2-D image.
 
     Args:

@@ -91,11 +91,11 @@ def _diag_normal_logpdf(z: Array, mean: Array, var: Array) -> Array:
 
 @eqx.filter_jit
 def posterior_mean_snis(
+    key: PRNGKeyArray,
     prior: AbstractPrior,
     x: Float[Array, "n dim"],
     scales: Float[Array, "n ..."],
     *,
-    key: PRNGKeyArray,
     noise: AbstractNoiseModel,
     num_samples: int = 8192,
     batch_size: int | None = 64,

@@ -1,16 +1,23 @@
 """Fitting a sieve prior by minimising convMMD with `jaxgen.core.fit`."""
 
 import functools as ft
-from typing import NamedTuple
+from typing import Unpack
 
 import equinox as eqx
 import jax.numpy as jnp
 import jax.random as jr
-import numpy as np
 import optax
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from ..core import FitResult, adamw_cosine, check_kernel, fit, minibatches
+from ..core import (
+    FitOptions,
+    FitResult,
+    adamw_cosine,
+    check_fit_options,
+    check_kernel,
+    fit,
+    minibatches,
+)
 from ..core.checks import check_module
 from ._losses import (
     check_bandwidths,
@@ -25,20 +32,15 @@ from ._priors import AbstractPrior, GaussianMixture
 LOSSES = ("sample", "marginal", "closed")
 
 
-class ConvMMDResult(NamedTuple):
-    """What `fit_convmmd` returns.
+class ConvMMDResult(FitResult):
+    """What `fit_convmmd` returns: `jaxgen.core.FitResult` (``model`` is the fitted prior) plus
+    the kernel bandwidths.
 
     Attributes:
-        prior: the fitted prior.
         bandwidths: the fixed kernel bandwidths used, (H,).
-        losses: the loss of every step (numpy).
-        fit: the full `jaxgen.core.FitResult` (optimiser state, resume information).
     """
 
-    prior: AbstractPrior
-    bandwidths: Float[Array, " H"]
-    losses: np.ndarray
-    fit: FitResult
+    bandwidths: Float[Array, " H"] | None = None
 
 
 # Module-level losses: wrapped in `eqx.Partial` (a pytree: bandwidths stay dynamic), so repeated
@@ -112,23 +114,21 @@ def _cached_optimizer(
 
 def fit_convmmd(
     prior: AbstractPrior,
-    x: Float[Array, "n dim"],
-    scales: Float[Array, "n ..."],
+    data: tuple[Float[Array, "n dim"], Float[Array, "n ..."]],
     *,
     key: PRNGKeyArray,
+    num_steps: int,
+    optimizer: optax.GradientTransformation | None = None,
     noise: AbstractNoiseModel,
     loss: str = "sample",
     kernel: str = "gaussian",
     bandwidths: Float[Array, " H"] | None = None,
-    num_steps: int,
     batch_size: int,
-    learning_rate: float,
+    learning_rate: float = 1e-2,
     warmup_steps: int | None = None,
     weight_decay: float = 1e-4,
     clip_norm: float = 5.0,
-    steps_per_call: int | None = None,
-    checkpoint_dir: str | None = None,
-    progress: bool = True,
+    **fit_options: Unpack[FitOptions],
 ) -> ConvMMDResult:
     """Fit ``prior`` to noisy observations by minimising the convMMD loss (spec 2.2-2.4).
 
@@ -142,27 +142,33 @@ def fit_convmmd(
     Args:
         prior: the sieve (`GaussianMixture` or `FlowPrior`, or any module with a pathwise
             ``sample(key, num)``); ``loss="marginal"``/``"closed"`` need a `GaussianMixture`.
-        x: observations (n >= 2, dim).
-        scales: per-observation noise scales, (n, dim) sds or (n, dim, dim) Cholesky factors.
+        data: the arrays ``(x, scales)``: observations ``x`` (n >= 2, dim) and their noise
+            scales, (n, dim) sds or (n, dim, dim) Cholesky factors (arrays only: the bandwidth
+            heuristic reads them).
         key: PRNG key of the run.
+        num_steps: optimiser steps.
+        optimizer: default AdamW at ``learning_rate`` with linear warm-up, cosine decay and
+            global-norm clipping (`jaxgen.core.adamw_cosine`), non-finite updates skipped.
         noise: the known `AbstractNoiseModel`.
         loss: ``"sample"`` (`convmmd_loss`), ``"marginal"`` (`convmmd_loss_gmm_marginal`) or
             ``"closed"`` (`convmmd_loss_gmm_closed`; Gaussian kernel and noise only).
         kernel: ``"gaussian"`` or ``"laplace"``.
         bandwidths: fixed (H,) bandwidths, or ``None`` for the quantile heuristic.
-        num_steps: optimiser steps.
         batch_size: observations (= model draws) per step, >= 2.
-        learning_rate: peak AdamW learning rate.
+        learning_rate: peak AdamW learning rate of the default optimizer.
         warmup_steps: linear warm-up steps (default min(200, num_steps // 10)).
         weight_decay: AdamW weight decay.
         clip_norm: global gradient-norm clip.
-        steps_per_call: optimiser steps per compiled call (`jaxgen.core.fit`).
-        checkpoint_dir: checkpoint and resume directory (``None``: none).
-        progress: tqdm bar on a terminal.
+        **fit_options: `jaxgen.core.FitOptions`, forwarded to `jaxgen.core.fit`.
 
     Returns:
-        `ConvMMDResult` (prior, bandwidths, losses, fit).
+        `ConvMMDResult`: the `jaxgen.core.FitResult` fields (``model`` is the fitted prior) and
+        ``bandwidths``.
     """
+    check_fit_options(fit_options)
+    if callable(data) or not isinstance(data, tuple | list) or len(data) != 2:
+        raise TypeError(f"`data` must be the arrays (x, scales), got {type(data).__name__}.")
+    x, scales = data
     if loss not in LOSSES:
         raise ValueError(f"`loss` must be one of {LOSSES}, got {loss!r}.")
     check_module(prior, AbstractPrior, "prior")
@@ -184,7 +190,8 @@ def fit_convmmd(
         bandwidths = _initial_bandwidths(prior, x, scales, bkey, noise)
     h = check_bandwidths(bandwidths, x.dtype)
     warmup = min(200, num_steps // 10) if warmup_steps is None else warmup_steps
-    optimizer = _optimizer(learning_rate, num_steps, warmup, weight_decay, clip_norm)
+    if optimizer is None:
+        optimizer = _optimizer(learning_rate, num_steps, warmup, weight_decay, clip_norm)
     loss_fn = eqx.Partial(_LOSS_FNS[loss], noise=noise, bandwidths=h, kernel=kernel)
     result = fit(
         loss_fn,
@@ -193,8 +200,6 @@ def fit_convmmd(
         optimizer,
         num_steps=num_steps,
         key=run_key,
-        steps_per_call=steps_per_call,
-        checkpoint_dir=checkpoint_dir,
-        progress=progress,
+        **fit_options,
     )
-    return ConvMMDResult(result.model, jnp.asarray(h), result.losses, result)
+    return ConvMMDResult.extend(result, bandwidths=jnp.asarray(h))

@@ -206,9 +206,9 @@ def _sample_model(model, schedule, key, num, length, steps, method, parameteriza
 
 
 def sample(
+    key: PRNGKeyArray,
     model: AbstractRateModel,
     schedule: AbstractSchedule,
-    key: PRNGKeyArray,
     num: int,
     length: int,
     steps: int,

@@ -6,8 +6,8 @@ human-alignment probes.
 from ._jem import (
     AbstractClassifier as AbstractClassifier,
     ConvClassifier as ConvClassifier,
-    FitJEMResult as FitJEMResult,
     JEMConfig as JEMConfig,
+    JEMResult as JEMResult,
     MLPClassifier as MLPClassifier,
     ReplayBuffer as ReplayBuffer,
     energy_joint as energy_joint,

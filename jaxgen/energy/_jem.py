@@ -17,15 +17,16 @@ References:
 import abc
 import functools as ft
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Unpack
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
+import optax
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
-from ..core import FitResult, fit, minibatches
+from ..core import FitOptions, FitResult, check_fit_options, fit, minibatches
 from ..core.checks import check_module
 
 MODES = ("additive", "convex")
@@ -279,46 +280,68 @@ def _guard(loss: Array, config: JEMConfig) -> Array:
     )
 
 
-class FitJEMResult(NamedTuple):
-    """`fit_jem` output: the `jaxgen.core.FitResult` and the final replay buffer."""
+class JEMResult(FitResult):
+    """`fit_jem` output: `jaxgen.core.FitResult` plus the final replay buffer.
 
-    fit: FitResult
-    buffer: ReplayBuffer
+    Attributes:
+        buffer: the replay buffer after the last step (also ``state``).
+    """
+
+    buffer: ReplayBuffer | None = None
 
 
 def fit_jem(
     model: AbstractClassifier,
-    x: Float[ArrayLike, "N D"],
-    y: Int[ArrayLike, " N"],
+    data: tuple[Float[ArrayLike, "N D"], Int[ArrayLike, " N"]],
     config: JEMConfig,
-    optimizer: Any,
     *,
     key: PRNGKeyArray,
     num_steps: int,
     batch_size: int,
     buffer_size: int,
-    checkpoint_dir: str | None = None,
-    **fit_kwargs: Any,
-) -> FitJEMResult:
+    optimizer: optax.GradientTransformation | None = None,
+    **fit_options: Unpack[FitOptions],
+) -> JEMResult:
     """Train a classifier on the JEM objective through `jaxgen.core.fit`.
 
     The replay buffer is fit's carried state: data noise, buffer draw, SGLD, loss and write-back
     are one compiled step, and the buffer is checkpointed and resumed with the model.
-    ``config.mix == 0`` is plain cross-entropy (no SGLD, the buffer untouched). ``model``: any
-    `AbstractClassifier` (`MLPClassifier`, `ConvClassifier` or your own subclass).
+    ``config.mix == 0`` is plain cross-entropy (no SGLD, the buffer untouched).
+
+    Args:
+        model: a one-sample classifier ``(D,) -> (C,)`` logits: any `AbstractClassifier`
+            (`MLPClassifier`, `ConvClassifier` or your own subclass).
+        data: the arrays ``(x, y)``: images ``(N, D)`` scaled to ``[-1, 1]`` and labels ``(N,)``
+            (arrays only: JEM reads them to check the range and size the buffer); each step
+            draws ``batch_size`` rows (`jaxgen.core.minibatches`).
+        config: `JEMConfig`.
+        key: PRNG key of the run (buffer initialisation and the steps).
+        num_steps: optimiser steps.
+        batch_size: rows per step.
+        buffer_size: replay-buffer size.
+        optimizer: default ``optax.adam(1e-3)``.
+        **fit_options: `jaxgen.core.FitOptions`, forwarded to `jaxgen.core.fit`.
+
+    Returns:
+        `JEMResult`: the `jaxgen.core.FitResult` fields and ``buffer``.
     """
+    check_fit_options(fit_options)
     check_module(model, AbstractClassifier, "model")
     _check_config(config)
-    x, y = jnp.asarray(x), jnp.asarray(y)
+    if callable(data) or not isinstance(data, tuple | list) or len(data) != 2:
+        raise TypeError(f"`data` must be the arrays (x, y), got {type(data).__name__}.")
+    x, y = jnp.asarray(data[0]), jnp.asarray(data[1])
     if x.ndim != 2 or y.shape != (x.shape[0],):
         raise ValueError(f"`x` (N, D) and `y` (N,) expected, got {x.shape} and {y.shape}.")
     x = eqx.error_if(x, jnp.any((x < -1) | (x > 1)), "images must lie in [-1, 1] (scale them).")
+    if optimizer is None:
+        optimizer = optax.adam(1e-3)
     k_buf, k_fit = jr.split(key)
     buffer = init_replay_buffer(k_buf, buffer_size, x.shape[1], dtype=x.dtype)
     loss = ft.partial(_jem_step_loss, config=config)
     res = fit(loss, model, minibatches((x, y), batch_size), optimizer, num_steps=num_steps,
-              key=k_fit, state=buffer, checkpoint_dir=checkpoint_dir, **fit_kwargs)  # fmt: skip
-    return FitJEMResult(res, res.state)
+              key=k_fit, state=buffer, **fit_options)  # fmt: skip
+    return JEMResult.extend(res, buffer=res.state)
 
 
 class MLPClassifier(AbstractClassifier):

@@ -132,7 +132,7 @@ def _block_loglik(E: Array, N: Array) -> Array:
 
 
 def network_histogram(
-    A: Float[Array, "n n"], K: int, *, key: PRNGKeyArray, sweeps: int = 5
+    key: PRNGKeyArray, A: Float[Array, "n n"], K: int, *, sweeps: int = 5
 ) -> tuple[Float[Array, "n n"], Int[Array, " n"]]:
     r"""Network histogram (Olhede & Wolfe 2014): a $K$-block SBM with (near) equal block sizes.
 

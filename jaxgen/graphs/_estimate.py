@@ -164,7 +164,7 @@ def kmeans(
 
 
 def init_coupling(
-    A: Float[Array, "n n"], K: int, method: InitMethod, *, key: PRNGKeyArray
+    key: PRNGKeyArray, A: Float[Array, "n n"], K: int, method: InitMethod
 ) -> tuple[Float[Array, "n K"], Float[Array, "K K"]]:
     r"""A starting coupling $T^0$ (rows summing to $1/n$) and structure $W^0$.
 
@@ -261,7 +261,7 @@ class GraphonEstimate(eqx.Module):
 def _fit_one(
     A: Array, K: int, key: PRNGKeyArray, init: str, max_steps: int, max_inner_steps: int, tol: float
 ) -> tuple[Array, Array, Array, Array, RESULTS]:
-    T0, W0 = init_coupling(A, K, init, key=key)  # type: ignore[arg-type]
+    T0, W0 = init_coupling(key, A, K, init)  # type: ignore[arg-type]
     out = srgw_barycenter(
         A, T0, W0, max_steps=max_steps, max_inner_steps=max_inner_steps, tol=tol, throw=False
     )
@@ -311,10 +311,10 @@ def _estimate(
 
 
 def estimate_graphon(
+    key: PRNGKeyArray,
     A: ArrayLike,
     K: int,
     *,
-    key: PRNGKeyArray,
     init: InitMethod = "kmeans",
     num_starts: int = 1,
     max_steps: int = 1000,
@@ -358,7 +358,7 @@ def estimate_graphon(
         >>> from jaxgen.graphs import estimate_graphon, sample_sbm
         >>> A, P, z = sample_sbm(jr.key(0), 60, jnp.array([[.9, .1], [.1, .9]]), jnp.array([.5,
         .5]))
-        >>> est = estimate_graphon(A, 2, key=jr.key(1))
+        >>> est = estimate_graphon(jr.key(1), A, 2)
         >>> est.edge_probabilities().shape
         (60, 60)
 

@@ -5,6 +5,13 @@ from ._calibration import (
     classification_nll as classification_nll,
     expected_calibration_error as expected_calibration_error,
 )
+from ._digits import (
+    DigitsFeatureNet as DigitsFeatureNet,
+    digits_fd as digits_fd,
+    digits_feature_net as digits_feature_net,
+    digits_features as digits_features,
+    digits_logits as digits_logits,
+)
 from ._distances import (
     empirical_gaussian_w2 as empirical_gaussian_w2,
     energy_distance as energy_distance,

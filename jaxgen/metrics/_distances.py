@@ -31,6 +31,20 @@ def _check_samples(x: Array, y: Array, *, same_size: bool = False) -> tuple[Arra
     return check_finite(x, "x"), check_finite(y, "y")
 
 
+def sorted_projections(
+    key: PRNGKeyArray, x: Float[Array, "n dim"], y: Float[Array, "n dim"], num_projections: int
+) -> tuple[Float[Array, "n P"], Float[Array, "n P"]]:
+    r"""The sorted projections $\theta_p^\top x_{(i)}$, $\theta_p^\top y_{(i)}$ on ``P`` directions
+    drawn uniformly on the sphere: the monotone 1-D couplings behind the sliced distances
+    (`sliced_w1`, `sliced_w2`).
+    """
+    if not isinstance(num_projections, int) or num_projections < 1:
+        raise ValueError(f"`num_projections` must be an int >= 1, got {num_projections!r}.")
+    theta = jr.normal(key, (num_projections, x.shape[1]), dtype=x.dtype)
+    theta = theta / jnp.linalg.norm(theta, axis=-1, keepdims=True)
+    return jnp.sort(x @ theta.T, axis=0), jnp.sort(y @ theta.T, axis=0)
+
+
 def gaussian_w2(
     mean_a: Float[Array, " dim"],
     cov_a: Float[Array, "dim dim"],
@@ -156,11 +170,7 @@ def sliced_w2(
         $SW_2$ (not squared), a scalar.
     """
     x, y = _check_samples(x, y, same_size=True)
-    if not isinstance(num_projections, int) or num_projections < 1:
-        raise ValueError(f"`num_projections` must be an int >= 1, got {num_projections!r}.")
-    theta = jr.normal(key, (num_projections, x.shape[1]), dtype=x.dtype)
-    theta = theta / jnp.linalg.norm(theta, axis=-1, keepdims=True)
-    px, py = jnp.sort(x @ theta.T, axis=0), jnp.sort(y @ theta.T, axis=0)
+    px, py = sorted_projections(key, x, y, num_projections)
     return jnp.sqrt(jnp.mean((px - py) ** 2))
 
 

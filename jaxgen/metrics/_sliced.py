@@ -1,8 +1,9 @@
 """Sliced 1-Wasserstein distance and the integrated squared error of 1-D densities."""
 
 import jax.numpy as jnp
-import jax.random as jr
 from jaxtyping import Array, Float, PRNGKeyArray
+
+from ._distances import sorted_projections
 
 
 def sliced_w1(
@@ -21,11 +22,7 @@ def sliced_w1(
     """
     if x.ndim != 2 or x.shape != y.shape or x.shape[0] < 1:
         raise ValueError(f"`x` and `y` must be (n, dim) of equal shape, got {x.shape}, {y.shape}.")
-    if not isinstance(num_projections, int) or num_projections < 1:
-        raise ValueError(f"`num_projections` must be an int >= 1, got {num_projections!r}.")
-    theta = jr.normal(key, (num_projections, x.shape[1]), dtype=x.dtype)
-    theta = theta / jnp.linalg.norm(theta, axis=-1, keepdims=True)
-    px, py = jnp.sort(x @ theta.T, axis=0), jnp.sort(y @ theta.T, axis=0)
+    px, py = sorted_projections(key, x, y, num_projections)
     return jnp.mean(jnp.abs(px - py))
 
 

@@ -12,7 +12,7 @@ References:
 """
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Unpack
 
 import equinox as eqx
 import jax
@@ -21,7 +21,7 @@ import jax.random as jr
 import optax
 from jaxtyping import Array, Float, PRNGKeyArray, PyTree
 
-from ..core import FitResult, fit
+from ..core import FitOptions, FitResult, check_fit_options, fit
 from ._icnn import ICNN, ReLUPlusNet, _check_int, nonneg_projection
 
 ScalarFn = Callable[[Float[Array, " dim"]], Float[Array, ""]]
@@ -93,9 +93,9 @@ def corner_floor(
 
 
 def sup_error(
+    key: PRNGKeyArray,
     f: ScalarFn,
     g: ScalarFn,
-    key: PRNGKeyArray,
     n: int,
     *,
     low: float = -1.0,
@@ -202,12 +202,11 @@ def fit_on_box(
     *,
     key: PRNGKeyArray,
     num_steps: int,
-    optimizer: optax.GradientTransformation,
+    optimizer: optax.GradientTransformation | None = None,
     batch_size: int = 1024,
     low: float = -1.0,
     high: float = 1.0,
-    progress: bool = False,
-    checkpoint_dir: str | None = None,
+    **fit_options: Unpack[FitOptions],
 ) -> FitResult:
     r"""Least squares $\mathbb{E}_{x \sim U[\mathrm{low}, \mathrm{high}]^n}(N(x) - g(x))^2$ with a
     fresh batch per step, via `jaxgen.core.fit`.
@@ -215,9 +214,26 @@ def fit_on_box(
     If ``model`` contains a ``mode="project"`` `ICNN`/`ReLUPlusNet`, `nonneg_projection` is
     chained after ``optimizer`` so every step ends on the feasible set (softplus-mode models
     need no projection: their parametrisation is feasible by construction).
+
+    Args:
+        model: a `jaxgen.nn` network with ``in_size`` (one sample ``(n,) -> ()``).
+        target: the function ``g``, batched: ``(B, n) -> (B,)``; the data are drawn from the
+            box by `BoxSampler` (this trainer has no data argument).
+        key: PRNG key of the run.
+        num_steps: optimiser steps.
+        optimizer: default ``optax.adam(1e-3)``.
+        batch_size: points per step.
+        low, high: the box ``[low, high]^n``.
+        **fit_options: `jaxgen.core.FitOptions`, forwarded to `jaxgen.core.fit`.
+
+    Returns:
+        `jaxgen.core.FitResult`.
     """
+    check_fit_options(fit_options)
     if not hasattr(model, "in_size"):
         raise TypeError(f"`model` must be a jaxgen.nn network with `in_size`, got {type(model)}.")
+    if optimizer is None:
+        optimizer = optax.adam(1e-3)
     if _has_projected(model):
         optimizer = optax.chain(optimizer, nonneg_projection())
     sampler = BoxSampler(
@@ -235,6 +251,5 @@ def fit_on_box(
         optimizer,
         num_steps=num_steps,
         key=key,
-        progress=progress,
-        checkpoint_dir=checkpoint_dir,
+        **fit_options,
     )

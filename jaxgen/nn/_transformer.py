@@ -94,7 +94,7 @@ class TransformerBlock(eqx.Module):
 class AbstractCausalLM(eqx.Module):
     """A language model on ONE token sequence: ``tokens: int[L]`` -> logits ``[L, out_size]``.
 
-    The slot of every LM function of `jaxgen.transformers` (`lm_loss`, `train_lm`,
+    The slot of every LM function of `jaxgen.transformers` (`lm_loss`, `fit_lm`,
     `evaluate_lm`, `sample_lm`, `score_sequences`): subclass it with your own equinox module.
     Logits are ``logits(features(tokens)[0])``; the second output of ``features`` is an
     auxiliary training loss (e.g. an MoE load loss; return ``0`` if there is none), which

@@ -11,12 +11,12 @@ from ._flow import (
 from ._galerkin import (
     ThetaPath as ThetaPath,
     cir_condition_sampler as cir_condition_sampler,
+    fit_spacetime as fit_spacetime,
     flow_at as flow_at,
     heston_condition_sampler as heston_condition_sampler,
     integrate_ng as integrate_ng,
     ng_velocity as ng_velocity,
     spacetime_loss as spacetime_loss,
-    spacetime_train as spacetime_train,
 )
 from ._inference import (
     DelayedAcceptanceResult as DelayedAcceptanceResult,

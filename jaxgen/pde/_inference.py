@@ -68,9 +68,9 @@ class NutsResult(NamedTuple):
 
 
 def run_nuts(
+    key: PRNGKeyArray,
     logdensity_fn: Callable[[Float[Array, " p"]], Float[Array, ""]],
     init: Float[Array, " p"],
-    key: PRNGKeyArray,
     *,
     num_warmup: int = 500,
     num_samples: int = 1000,

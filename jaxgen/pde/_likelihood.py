@@ -5,6 +5,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
+from jaxgen.core import gaussian_logpdf_chol
+
 from ._flow import TransitionFlow
 from ._models import AbstractDiffusionModel, exact_log_transition
 
@@ -56,10 +58,7 @@ def euler_path_loglik(
 
     def one(x: Array, y: Array) -> Array:
         chol = jnp.linalg.cholesky(model.diffusion(x, lam) * delta)
-        u = jax.scipy.linalg.solve_triangular(chol, y - x - model.drift(x, lam) * delta, lower=True)
-        return (
-            -0.5 * u @ u - jnp.sum(jnp.log(jnp.diag(chol))) - 0.5 * model.dim * jnp.log(2 * jnp.pi)
-        )
+        return gaussian_logpdf_chol(y - x - model.drift(x, lam) * delta, 0.0, chol)
 
     return jnp.sum(jax.vmap(one)(xs[:-1], xs[1:]))
 

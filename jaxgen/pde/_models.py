@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
-from jaxgen.core import solve_sde
+from jaxgen.core import gaussian_logpdf_chol, solve_sde
 from jaxgen.core.checks import check_module
 
 from ._ncx2 import log_ncx2_pdf
@@ -149,11 +149,7 @@ class OrnsteinUhlenbeck(AbstractDiffusionModel):
         kappa = lam[0]
         mean = lam[2:] + (x0 - lam[2:]) * jnp.exp(-kappa * t)
         cov = self.diffusion(x0, lam) * (-jnp.expm1(-2 * kappa * t)) / (2 * kappa)
-        chol = jnp.linalg.cholesky(cov)
-        u = jax.scipy.linalg.solve_triangular(chol, x - mean, lower=True)
-        return (
-            -0.5 * u @ u - jnp.sum(jnp.log(jnp.diag(chol))) - 0.5 * self.dim * jnp.log(2 * jnp.pi)
-        )
+        return gaussian_logpdf_chol(x, mean, jnp.linalg.cholesky(cov))
 
 
 class CoxIngersollRoss(AbstractDiffusionModel):

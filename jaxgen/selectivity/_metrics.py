@@ -410,11 +410,11 @@ def summarize(
 
 
 def bootstrap_ci(
+    key: PRNGKeyArray,
     metric_fn: Callable[[Array, Array], Array],
     S: Float[ArrayLike, "n t"],
     valid: Bool[ArrayLike, "n t"] | None = None,
     *,
-    key: PRNGKeyArray,
     n_boot: int = 1000,
     level: float = 0.95,
 ) -> tuple[float, float]:

@@ -6,7 +6,7 @@ are bits per byte (= bits per character for ASCII text).
 """
 
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple, Unpack
 
 import equinox as eqx
 import jax
@@ -17,7 +17,7 @@ import numpy as np
 import optax
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
 
-from ..core import FitResult, fit
+from ..core import FitOptions, FitResult, adamw_cosine, as_batches, check_fit_options, fit
 from ..core.checks import check_module
 from ..nn import AbstractCausalLM, dyadic_schedule
 
@@ -85,6 +85,10 @@ def lm_loss(model: CausalLM, batch: PyTree, key: PRNGKeyArray) -> Float[Array, "
     return loss + AUX_LOSS_WEIGHT * jnp.mean(aux)
 
 
+def _matrices(params: PyTree) -> PyTree:
+    return jtu.tree_map(lambda x: x.ndim >= 2, params)
+
+
 def lm_optimizer(
     learning_rate: float,
     num_steps: int,
@@ -96,62 +100,68 @@ def lm_optimizer(
     b2: float = 0.95,
     dyadic_depth: int | None = None,
 ) -> optax.GradientTransformation:
-    """AdamW (betas 0.9/0.95, decay on matrices only), linear warm-up + cosine, clipping.
+    """The LM preset of `jaxgen.core.adamw_cosine`: betas 0.9/0.95, decay on matrices only.
 
-    ``dyadic_depth``: wrap it in the CoFrGeNet dyadic schedule (`jaxgen.nn.dyadic_schedule`).
+    Linear warm-up over ``warmup_steps`` (default ``max(1, num_steps // 20)``) then cosine
+    decay, global-norm clipping. ``dyadic_depth``: wrap it in the CoFrGeNet dyadic schedule
+    (`jaxgen.nn.dyadic_schedule`).
     """
     warmup = max(1, num_steps // 20) if warmup_steps is None else max(1, warmup_steps)
-    schedule = optax.warmup_cosine_decay_schedule(
-        0.0, learning_rate, warmup, max(num_steps, warmup + 1)
+    opt = adamw_cosine(
+        learning_rate,
+        num_steps,
+        warmup_steps=warmup,
+        weight_decay=weight_decay,
+        clip_norm=clip_norm,
+        b1=b1,
+        b2=b2,
+        mask=_matrices,
     )
-
-    def decay_mask(params: PyTree) -> PyTree:
-        return jtu.tree_map(lambda x: x.ndim >= 2, params)
-
-    opt = optax.adamw(schedule, b1=b1, b2=b2, weight_decay=weight_decay, mask=decay_mask)
-    if clip_norm is not None:
-        opt = optax.chain(optax.clip_by_global_norm(clip_norm), opt)
     if dyadic_depth is not None:
         opt = dyadic_schedule(opt, max(num_steps, 1), dyadic_depth)
     return opt
 
 
-def train_lm(
-    model: CausalLM,
-    batches,
+def fit_lm(
+    model: AbstractCausalLM,
+    data: Any,
     *,
-    num_steps: int,
     key: PRNGKeyArray,
+    num_steps: int,
+    optimizer: optax.GradientTransformation | None = None,
+    batch_size: int | None = None,
     learning_rate: float = 1e-3,
     warmup_steps: int | None = None,
     weight_decay: float = 0.1,
     clip_norm: float | None = 1.0,
     dyadic_depth: int | None = None,
-    optimizer: optax.GradientTransformation | None = None,
-    checkpoint_dir: str | None = None,
-    checkpoint_every: int = 1000,
-    progress: bool = False,
+    **fit_options: Unpack[FitOptions],
 ) -> FitResult:
     """Train a causal LM with `jaxgen.core.fit` on `lm_loss` (checkpointed and resumable).
 
     Args:
         model: a causal `jaxgen.nn.AbstractCausalLM` (e.g. `jaxgen.nn.Transformer`); every
             inexact array leaf is trained (train a `QESTransformer`'s adapters with
-            `train_qes`).
-        batches: pure sampler ``batches(key) -> int[B, L]`` or ``(int[B, L], bool[B, L])``
-            (e.g. ``jaxgen.data.random_windows(tokens, B, context + 1)`` or
-            ``jaxgen.core.minibatches(samples, B)`` to fine-tune on sequences).
-        num_steps, key: as in `fit`.
-        learning_rate, warmup_steps, weight_decay, clip_norm, dyadic_depth: `lm_optimizer`.
-        optimizer: overrides the default `lm_optimizer`.
-        checkpoint_dir, checkpoint_every, progress: as in `fit`.
+            `fit_qes`).
+        data: a pure sampler ``batches(key) -> int[B, L]`` or ``(int[B, L], bool[B, L])``
+            (e.g. ``jaxgen.data.random_windows(tokens, B, context + 1)``), or the arrays
+            themselves (``int[N, L]`` sequences, or ``(tokens, mask)``) with ``batch_size``
+            (`jaxgen.core.as_batches`).
+        key: PRNG key of the run.
+        num_steps: optimiser steps.
+        optimizer: default `lm_optimizer` built from ``learning_rate``, ``warmup_steps``,
+            ``weight_decay``, ``clip_norm`` and ``dyadic_depth`` (ignored when given).
+        batch_size: rows per step when ``data`` are arrays.
+        **fit_options: `jaxgen.core.FitOptions`, forwarded to `jaxgen.core.fit`.
 
     Returns:
-        `jaxgen.core.FitResult` (model, opt_state, losses, resumed_from).
+        `jaxgen.core.FitResult`.
     """
+    check_fit_options(fit_options)
     _check_model(model)
     if not model.causal:
-        raise ValueError("`train_lm` trains causal language models; got causal=False.")
+        raise ValueError("`fit_lm` trains causal language models; got causal=False.")
+    batches = as_batches(data, batch_size)
     if optimizer is None:
         optimizer = lm_optimizer(
             learning_rate,
@@ -161,17 +171,7 @@ def train_lm(
             clip_norm=clip_norm,
             dyadic_depth=dyadic_depth,
         )
-    return fit(
-        lm_loss,
-        model,
-        batches,
-        optimizer,
-        num_steps=num_steps,
-        key=key,
-        checkpoint_dir=checkpoint_dir,
-        checkpoint_every=checkpoint_every,
-        progress=progress,
-    )
+    return fit(lm_loss, model, batches, optimizer, num_steps=num_steps, key=key, **fit_options)
 
 
 @eqx.filter_jit

@@ -171,9 +171,9 @@ def test_fit_quadratic_recovers_gaussian(getkey):
     Y = 1.2 + 0.4 * jr.normal(getkey(), (2000, 1))
     psi0 = QuadraticLogPotential(jnp.zeros((1, 1)), jnp.zeros(1))
     res = fit_log_potential(
-        getkey(),
         psi0,
         Y,
+        key=getkey(),
         ref=ref,
         T=T,
         num_steps=300,
@@ -197,9 +197,9 @@ def test_fit_log_potential_steps():
     Y = 1.2 + 0.4 * jr.normal(jr.key(1), (32, 1))
     psi0 = QuadraticLogPotential(jnp.zeros((1, 1)), jnp.zeros(1))
     res = fit_log_potential(
-        jr.key(2),
         psi0,
         Y,
+        key=jr.key(2),
         ref=ref,
         T=T,
         num_steps=20,
@@ -218,9 +218,9 @@ def test_mlp_training_step(getkey):
     psi = BoundedMLPLogPotential(2, 8, 1, key=getkey(), ref=ref)
     Y = jr.normal(getkey(), (32, 2)) + 1.0
     res = fit_log_potential(
-        getkey(),
         psi,
         Y,
+        key=getkey(),
         ref=ref,
         T=T,
         num_steps=3,
@@ -309,17 +309,17 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="`quad` has dim"):
         log_h(psi, ref, jnp.zeros(1), 0.0, 1.0, gauss_hermite(2, 3))
     with pytest.raises(ValueError, match="`Y` must be a 2-D array"):
-        fit_log_potential(jr.key(0), psi, jnp.zeros(5), ref=ref, T=1.0)
+        fit_log_potential(psi, jnp.zeros(5), key=jr.key(0), ref=ref, T=1.0)
     with pytest.raises(ValueError, match="`Y` must have 1 columns"):
-        fit_log_potential(jr.key(0), psi, jnp.zeros((5, 2)), ref=ref, T=1.0)
+        fit_log_potential(psi, jnp.zeros((5, 2)), key=jr.key(0), ref=ref, T=1.0)
     with pytest.raises(ValueError, match="`Y` has non-finite values"):
-        fit_log_potential(jr.key(0), psi, jnp.array([[0.0], [jnp.nan]]), ref=ref, T=1.0)
+        fit_log_potential(psi, jnp.array([[0.0], [jnp.nan]]), key=jr.key(0), ref=ref, T=1.0)
     with pytest.raises(ValueError, match="`x0` must be a 2-D array"):
         sample_bridge(jr.key(0), psi, ref, 1.0, jnp.zeros(3))
     with pytest.raises(TypeError):  # jaxtyping hook: `T` must be a Python float
         sample_bridge(jr.key(0), psi, ref, jnp.asarray(1.0), jnp.zeros((2, 1)))
     with pytest.raises(ValueError, match="`batch_size` must be an int"):
-        fit_log_potential(jr.key(0), psi, jnp.zeros((5, 1)), ref=ref, T=1.0, batch_size=0)
+        fit_log_potential(psi, jnp.zeros((5, 1)), key=jr.key(0), ref=ref, T=1.0, batch_size=0)
     with pytest.raises(ValueError, match="`num_inner` must be even"):
         SBNLLLoss(ref, 1.0, num_inner=3)
     with pytest.raises(ValueError, match="`num_sources` must be an int"):

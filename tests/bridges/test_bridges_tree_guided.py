@@ -164,9 +164,9 @@ def test_fit_discrete_flow_is_exact_fixed_point():
     # perturbed flow, training must bring the loss (= KL up to a constant 0) down.
     gt, _ = _disc_tree()
     res = fit_nbffg(
-        jr.key(1),
-        gt,
         _random_flow(jr.key(4)),
+        gt,
+        key=jr.key(1),
         num_steps=60,
         mode="path",
         batch_size=2,
@@ -313,7 +313,7 @@ def test_fit_nbffg_full_mode_improves_elbo():
     gt = _sde_tree(_sde_drift_dw)
     ctrl0 = ControlNet(1, 1, 32, 2, key=jr.key(0))
     before = _is(jr.key(11), gt, 2048, ctrl0)
-    res = fit_nbffg(jr.key(1), gt, ctrl0, num_steps=300, mode="full", batch_size=8)
+    res = fit_nbffg(ctrl0, gt, key=jr.key(1), num_steps=300, mode="full", batch_size=8)
     after = _is(jr.key(11), gt, 2048, res.model)
     assert res.losses.shape == (300,)
     assert float(after.elbo) > float(before.elbo) + 0.02
@@ -335,7 +335,7 @@ def test_fit_nbffg_path_mode_improves_elbo():
     gt = _sde_tree(_sde_drift_dw)
     ctrl0 = ControlNet(1, 1, 32, 2, key=jr.key(0))
     before = _is(jr.key(11), gt, 2048, ctrl0)
-    res = fit_nbffg(jr.key(1), gt, ctrl0, num_steps=300, mode="path", batch_size=2)
+    res = fit_nbffg(ctrl0, gt, key=jr.key(1), num_steps=300, mode="path", batch_size=2)
     after = _is(jr.key(11), gt, 2048, res.model)
     assert float(after.elbo) > float(before.elbo)
 
@@ -355,7 +355,7 @@ def test_guided_bad_input():
     with pytest.raises(ValueError, match="`x_root` must have shape"):
         GuidedTree(topo=TOPO, model=gt.model, filt=gt.filt, proxy=kern, x_root=jnp.zeros(3))
     with pytest.raises(TypeError, match="`control` must be a AbstractKernelResidual"):
-        fit_nbffg(jr.key(0), gt, _shape_only(ControlNet, 2, 2, 8, 1), num_steps=1)
+        fit_nbffg(_shape_only(ControlNet, 2, 2, 8, 1), gt, key=jr.key(0), num_steps=1)
     with pytest.raises(TypeError, match="`control` must be a AbstractSDEControl"):
         guided_sample(jr.key(0), sgt, _shape_only(ResidualFlow, 1))
     with pytest.raises(ValueError, match="`control` acts in dim 3"):
@@ -364,10 +364,10 @@ def test_guided_bad_input():
         ResidualFlow(2, 0, key=jr.key(0))
     ctrl = _shape_only(ControlNet, 1, 1, 8, 1)
     with pytest.raises(ValueError, match="`mode`"):
-        fit_nbffg(jr.key(0), sgt, ctrl, num_steps=1, mode="tree")
+        fit_nbffg(ctrl, sgt, key=jr.key(0), num_steps=1, mode="tree")
     with pytest.raises(ValueError, match="`batch_size`"):
-        fit_nbffg(jr.key(0), sgt, ctrl, num_steps=1, batch_size=9)
+        fit_nbffg(ctrl, sgt, key=jr.key(0), num_steps=1, batch_size=9)
     with pytest.raises(ValueError, match="`leaf_sampling` must be 'stratified' or 'uniform'"):
-        fit_nbffg(jr.key(0), sgt, ctrl, num_steps=1, leaf_sampling="random")
+        fit_nbffg(ctrl, sgt, key=jr.key(0), num_steps=1, leaf_sampling="random")
     with pytest.raises(ValueError, match="`num_samples`"):
         importance_sample(jr.key(0), gt, 0)

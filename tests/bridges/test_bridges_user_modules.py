@@ -89,9 +89,9 @@ def test_user_kernel_and_residual_sample_fit_importance():
     draw, loss = _draws(jr.key(1), gt, ctrl0)
     assert draw.states.shape == (N, 2) and np.isfinite(float(loss))
     res = fit_nbffg(
-        jr.key(2),
-        gt,
         ctrl0,
+        gt,
+        key=jr.key(2),
         num_steps=30,
         mode="full",
         batch_size=4,

@@ -48,15 +48,15 @@ def test_missing_package_raises(monkeypatch):
 
 def test_extract_patches_are_image_windows():
     image = np.arange(20 * 30, dtype=float).reshape(20, 30)
-    P = extract_patches(image, 4, key=jr.key(0), num=50)
+    P = extract_patches(jr.key(0), image, 4, num=50)
     assert P.shape == (50, 4, 4)
     for p in P[:5]:
         r, c = divmod(int(p[0, 0]), 30)
         np.testing.assert_array_equal(p, image[r : r + 4, c : c + 4])
-    np.testing.assert_array_equal(P, extract_patches(image, 4, key=jr.key(0), num=50))
+    np.testing.assert_array_equal(P, extract_patches(jr.key(0), image, 4, num=50))
     with pytest.raises(ValueError, match="`image` must be 2-D"):
-        extract_patches(np.zeros((3, 4, 5)), 2, key=jr.key(0), num=1)
+        extract_patches(jr.key(0), np.zeros((3, 4, 5)), 2, num=1)
     with pytest.raises(ValueError, match="`size` must be in"):
-        extract_patches(image, 21, key=jr.key(0), num=1)
+        extract_patches(jr.key(0), image, 21, num=1)
     with pytest.raises(ValueError, match="`num` must be >= 1"):
-        extract_patches(image, 2, key=jr.key(0), num=0)
+        extract_patches(jr.key(0), image, 2, num=0)

@@ -165,8 +165,7 @@ def test_bad_inputs_raise():
     with pytest.raises(ValueError, match="loss"):
         fit_convmmd(
             gmm,
-            x,
-            jnp.ones((4, 1)),
+            (x, jnp.ones((4, 1))),
             key=jr.key(0),
             noise=GAUSS,
             loss="exact",
@@ -375,8 +374,7 @@ def test_fit_convmmd_recovers(getkey):
     h = jnp.array([0.5, 1.0, 2.0])
     res = fit_convmmd(
         init,
-        x,
-        s,
+        (x, s),
         key=getkey(),
         noise=GAUSS,
         loss="closed",
@@ -386,7 +384,7 @@ def test_fit_convmmd_recovers(getkey):
         learning_rate=3e-2,
         progress=False,
     )
-    g = res.prior
+    g = res.model
     order = jnp.argsort(g.means[:, 0])
     chex.assert_trees_all_close(g.means[order, 0], jnp.array([-2.0, 2.0]), atol=0.35)
     chex.assert_trees_all_close(jnp.sqrt(g.covs[order, 0, 0]), jnp.array([0.5, 1.0]), atol=0.35)

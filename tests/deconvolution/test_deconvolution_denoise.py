@@ -73,7 +73,7 @@ def snis_run():
     x = jnp.array([[-3.0], [-1.0], [0.2], [1.5], [4.0], [40.0]])
     s = jnp.array([[0.5], [1.0], [0.3], [0.05], [2.0], [0.5]])
     mean, mcse = jax.jit(
-        lambda k: posterior_mean_snis(gmm, x, s, key=k, noise=GAUSS, num_samples=1024)
+        lambda k: posterior_mean_snis(k, gmm, x, s, noise=GAUSS, num_samples=1024)
     )(jr.key(7))
     return gmm, x, s, mean, mcse
 
@@ -96,7 +96,7 @@ def test_snis_laplace_noise_matches_quadrature(getkey):
     gmm = _gmm(1)
     x, s = jnp.array([[-2.0], [0.5], [3.0]]), jnp.array([[0.7], [1.0], [0.4]])
     mean, mcse = jax.jit(
-        lambda k: posterior_mean_snis(gmm, x, s, key=k, noise=LAPLACE, num_samples=1024)
+        lambda k: posterior_mean_snis(k, gmm, x, s, noise=LAPLACE, num_samples=1024)
     )(getkey())
     grid = jnp.linspace(-12, 12, 6001)[:, None]
     quad = npmle_posterior_mean(x, s, grid, jnp.exp(gmm.log_prob(grid)), noise=LAPLACE)
@@ -209,8 +209,7 @@ def test_check6_parametric_recovery():
     init = init_gaussian_mixture(jr.key(60), x, 2, s)
     g = fit_convmmd(
         init,
-        x,
-        s,
+        (x, s),
         key=jr.key(61),
         noise=GAUSS,
         loss="closed",
@@ -219,7 +218,7 @@ def test_check6_parametric_recovery():
         batch_size=64,
         learning_rate=2e-2,
         progress=False,
-    ).prior
+    ).model
     order = jnp.argsort(g.means[:, 0])
     chex.assert_trees_all_close(g.means[order, 0], jnp.array([-2.0, 2.0]), atol=0.15)
     chex.assert_trees_all_close(jnp.sqrt(g.covs[order, 0, 0]), jnp.array([0.5, 1.0]), atol=0.15)
@@ -230,8 +229,7 @@ def _fit_gmm(x, s, noise, key, *, loss, kernel, steps=1500):
     init = init_gaussian_mixture(key, x, 8, s)
     return fit_convmmd(
         init,
-        x,
-        s,
+        (x, s),
         key=jr.fold_in(key, 1),
         noise=noise,
         loss=loss,
@@ -240,7 +238,7 @@ def _fit_gmm(x, s, noise, key, *, loss, kernel, steps=1500):
         batch_size=64,
         learning_rate=1e-2,
         progress=False,
-    ).prior
+    ).model
 
 
 @pytest.mark.slow
@@ -293,8 +291,7 @@ def test_flow_prior_fit_and_snis_smoke(getkey):
     flow = FlowPrior(1, key=getkey(), loc=jnp.mean(x, 0), scale=jnp.std(x, 0))
     res = fit_convmmd(
         flow,
-        x,
-        s,
+        (x, s),
         key=getkey(),
         noise=LAPLACE,
         kernel="laplace",
@@ -305,7 +302,7 @@ def test_flow_prior_fit_and_snis_smoke(getkey):
     )
     assert np.all(np.isfinite(res.losses)) and res.bandwidths.shape == (9,)
     mean, mcse = posterior_mean_snis(
-        res.prior, x[:4], s[:4], key=getkey(), noise=LAPLACE, num_samples=256
+        getkey(), res.model, x[:4], s[:4], noise=LAPLACE, num_samples=256
     )
     assert bool(jnp.all(jnp.isfinite(mean))) and bool(jnp.all(mcse > 0))
     assert math.isfinite(float(res.losses[-1]))

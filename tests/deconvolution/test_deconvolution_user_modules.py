@@ -97,8 +97,7 @@ def test_user_prior_and_noise_fit_and_denoise():
     prior0 = NormalPrior(jnp.array([0.0]), jnp.array([0.0]))
     res = fit_convmmd(
         prior0,
-        x,
-        s,
+        (x, s),
         key=jr.key(2),
         noise=UniformNoise(),
         num_steps=60,
@@ -106,10 +105,10 @@ def test_user_prior_and_noise_fit_and_denoise():
         learning_rate=0.15,
         progress=False,
     )
-    assert isinstance(res.prior, NormalPrior) and np.all(np.isfinite(res.losses))
-    assert abs(float(res.prior.mu[0]) - 2.0) < 0.4  # from 0 to the true mean 2 (2.13 measured)
+    assert isinstance(res.model, NormalPrior) and np.all(np.isfinite(res.losses))
+    assert abs(float(res.model.mu[0]) - 2.0) < 0.4  # from 0 to the true mean 2 (2.13 measured)
     means, ses = posterior_mean_snis(
-        res.prior, x[:8], s[:8], key=jr.key(3), noise=UniformNoise(), num_samples=128
+        jr.key(3), res.model, x[:8], s[:8], noise=UniformNoise(), num_samples=128
     )
     assert means.shape == (8, 1) and np.all(np.isfinite(means)) and np.all(np.isfinite(ses))
     # each posterior mean lies inside the noise window around its observation

@@ -42,9 +42,9 @@ def test_bad_input(tiny):
     with pytest.raises(ValueError, match="`num_times` must be an int >= 1"):
         D.nelbo(model, s, x, _rbg(0), num_times=0)
     with pytest.raises(ValueError, match="`steps` must be an int >= 1"):
-        D.sample(model, s, _rbg(0), 2, 3, 0)
+        D.sample(_rbg(0), model, s, 2, 3, 0)
     with pytest.raises(ValueError, match="`method` must be one of"):
-        D.sample(model, s, _rbg(0), 2, 3, 4, method="midpoint")
+        D.sample(_rbg(0), model, s, 2, 3, 4, method="midpoint")
     with pytest.raises(ValueError, match="vocab_size"):
         D.neural_ctmc_loss(model, D.masked_schedule(3), x[None, :], _rbg(0))
     with pytest.raises(ValueError, match="MDLM needs the masked schedule"):
@@ -199,8 +199,8 @@ def test_sedd_and_gidd_losses(tiny):
 def test_sample_shapes_and_support(tiny):
     for kind in ("masked",):  # masked: the final fill must leave no mask; tau-leaping's step: C6
         s, net = tiny[kind]
-        a = D.sample(net, s, _rbg(3), 5, 4, 3)
-        b = D.sample(net, s, _rbg(3), 5, 4, 3)
+        a = D.sample(_rbg(3), net, s, 5, 4, 3)
+        b = D.sample(_rbg(3), net, s, 5, 4, 3)
         assert a.shape == (5, 4) and a.dtype == jnp.int32
         np.testing.assert_array_equal(a, b)
         assert int(a.min()) >= 0 and int(a.max()) < 3  # masks filled at the end

@@ -71,7 +71,7 @@ def test_user_rate_model_loss_fit_sample():
     )
     l1 = float(_ctmc_loss(res.model, schedule, data, jr.key(0)))
     assert np.isfinite(l0) and np.isfinite(l1) and l1 < 0.3 * l0
-    draws = np.asarray(D.sample(res.model, schedule, jr.key(2), 5, L, 8))
+    draws = np.asarray(D.sample(jr.key(2), res.model, schedule, 5, L, 8))
     assert draws.shape == (5, L)
     assert np.mean(draws == 1) > 0.9  # the learned chain unmasks to the data token
 
@@ -103,6 +103,6 @@ def test_slots_reject_non_conforming_modules():
     with pytest.raises(TypeError, match=r"model[\s\S]*AbstractRateModel"):
         D.neural_ctmc_loss(Plain(), schedule, x, jr.key(0))
     with pytest.raises(TypeError, match=r"model[\s\S]*AbstractRateModel"):
-        D.sample(Plain(), schedule, jr.key(0), 2, L, 2)
+        D.sample(jr.key(0), Plain(), schedule, 2, L, 2)
     with pytest.raises(TypeError, match=r"schedule[\s\S]*AbstractSchedule"):
         D.neural_ctmc_loss(TokenTable(N), object(), x, jr.key(0))

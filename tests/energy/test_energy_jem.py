@@ -99,7 +99,15 @@ def test_mix_zero_is_cross_entropy_training(toy, getkey):
     key = getkey()
     cfg = JEMConfig(mix=0.0, data_noise=0.0)
     jem = fit_jem(
-        model, x, y, cfg, opt, key=key, num_steps=10, batch_size=32, buffer_size=64, progress=False
+        model,
+        (x, y),
+        cfg,
+        optimizer=opt,
+        key=key,
+        num_steps=10,
+        batch_size=32,
+        buffer_size=64,
+        progress=False,
     )
 
     def ce(m, batch, k):
@@ -109,9 +117,9 @@ def test_mix_zero_is_cross_entropy_training(toy, getkey):
     plain = fit(
         ce, model, minibatches((x, y), 32), opt, num_steps=10, key=jr.split(key)[1], progress=False
     )
-    np.testing.assert_allclose(jem.fit.losses, plain.losses, rtol=1e-6)
+    np.testing.assert_allclose(jem.losses, plain.losses, rtol=1e-6)
     for a, b in zip(
-        jax.tree_util.tree_leaves(eqx.filter(jem.fit.model, eqx.is_array)),
+        jax.tree_util.tree_leaves(eqx.filter(jem.model, eqx.is_array)),
         jax.tree_util.tree_leaves(eqx.filter(plain.model, eqx.is_array)),
         strict=True,
     ):
@@ -151,15 +159,16 @@ def test_jem_loss_gradient_and_training_resume(toy, getkey, tmp_path):
     cfg = JEMConfig(mix=0.3, num_steps=5, step_size=0.5, gamma_reg=0.1)
     key = getkey()
     kw = dict(key=key, batch_size=32, buffer_size=64, steps_per_call=3)
-    whole = fit_jem(model, x, y, cfg, optax.adam(1e-2), num_steps=8, progress=False, **kw)
-    assert np.all(np.isfinite(whole.fit.losses))
+    whole = fit_jem(
+        model, (x, y), cfg, optimizer=optax.adam(1e-2), num_steps=8, progress=False, **kw
+    )
+    assert np.all(np.isfinite(whole.losses))
     ckpt = str(tmp_path / "jem")
     fit_jem(
         model,
-        x,
-        y,
+        (x, y),
         cfg,
-        optax.adam(1e-2),
+        optimizer=optax.adam(1e-2),
         num_steps=4,
         checkpoint_dir=ckpt,
         checkpoint_every=4,
@@ -168,26 +177,24 @@ def test_jem_loss_gradient_and_training_resume(toy, getkey, tmp_path):
     )
     resumed = fit_jem(
         model,
-        x,
-        y,
+        (x, y),
         cfg,
-        optax.adam(1e-2),
+        optimizer=optax.adam(1e-2),
         num_steps=8,
         checkpoint_dir=ckpt,
         checkpoint_every=4,
         progress=False,
         **kw,
     )
-    assert resumed.fit.resumed_from == 4
-    np.testing.assert_allclose(resumed.fit.losses, whole.fit.losses, rtol=1e-10)
+    assert resumed.resumed_from == 4
+    np.testing.assert_allclose(resumed.losses, whole.losses, rtol=1e-10)
     np.testing.assert_allclose(resumed.buffer.data, whole.buffer.data, rtol=1e-10)
     with pytest.raises(ValueError, match="`mix`"):
         fit_jem(
             model,
-            x,
-            y,
+            (x, y),
             JEMConfig(mix=1.5, mode="convex"),
-            optax.adam(1e-2),
+            optimizer=optax.adam(1e-2),
             num_steps=1,
             key=key,
             batch_size=8,
@@ -198,10 +205,9 @@ def test_jem_loss_gradient_and_training_resume(toy, getkey, tmp_path):
     with pytest.raises(Exception, match=r"\[-1, 1\]"):
         fit_jem(
             model,
-            x * 5,
-            y,
+            (x * 5, y),
             cfg,
-            optax.adam(1e-2),
+            optimizer=optax.adam(1e-2),
             num_steps=1,
             key=key,
             batch_size=8,

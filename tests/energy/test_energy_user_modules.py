@@ -36,18 +36,17 @@ def test_user_classifier_loss_fit_sgld():
     np.testing.assert_allclose(aux["ce"], np.log(2), rtol=1e-6)  # zero weights: chance
     res = fit_jem(
         model,
-        x,
-        y,
+        (x, y),
         cfg,
-        optax.adam(0.1),
+        optimizer=optax.adam(0.1),
         key=jr.key(1),
         num_steps=20,
         batch_size=16,
         buffer_size=32,
         progress=False,
     )
-    trained = res.fit.model
-    assert isinstance(trained, Quadratic) and np.all(np.isfinite(res.fit.losses))
+    trained = res.model
+    assert isinstance(trained, Quadratic) and np.all(np.isfinite(res.losses))
     acc = float(jnp.mean(jnp.argmax(jax.vmap(trained)(x), -1) == y))
     assert acc > 0.95
 

@@ -94,7 +94,7 @@ def test_sas_on_monotone_graphon_and_network_histogram_on_sbm():
     P = B[z][:, z] * (1 - jnp.eye(100))
     upper = jnp.triu(jr.uniform(jr.key(5), (100, 100)) < P, k=1)
     A = (upper | upper.T).astype(P.dtype)
-    P_nh, labels = network_histogram(A, 2, key=jr.key(6))
+    P_nh, labels = network_histogram(jr.key(6), A, 2)
     assert float(adjusted_rand_index(z, labels)) == 1.0
     assert float(node_mse(P_nh, P)) < 0.1 * float(node_mse(A, P))
 

@@ -30,7 +30,7 @@ PI3 = jnp.array([0.3, 0.3, 0.4])
 def _fit_sbm(key, n, K, **kw):
     key_g, key_f = jr.split(key)
     A, P, z = sample_sbm(key_g, n, B3, PI3)
-    est = estimate_graphon(A, K, key=key_f, throw=False, **kw)
+    est = estimate_graphon(key_f, A, K, throw=False, **kw)
     return (
         adjusted_rand_index(z, est.labels),
         node_mse(est.edge_probabilities(), P),
@@ -51,7 +51,7 @@ def _planted_small():
     def one(key):
         key_g, key_f = jr.split(key)
         A, P, z = sample_sbm(key_g, N_SMALL, B3, PI3)
-        est = estimate_graphon(A, 3, key=key_f, num_starts=STARTS, throw=False)
+        est = estimate_graphon(key_f, A, 3, num_starts=STARTS, throw=False)
         return A, P, z, key_f, est
 
     return jax.jit(jax.vmap(one))(jr.split(jr.key(0), 10))
@@ -75,8 +75,7 @@ def test_estimate_fields_multistart_and_vmap_equals_loop():
     K = 3
     # eager calls (one compiled `_estimate`, reused by the empty-graph test) == the vmapped ones
     looped = [
-        estimate_graphon(graphs[b], K, key=keys[b], num_starts=STARTS, throw=False)
-        for b in range(2)
+        estimate_graphon(keys[b], graphs[b], K, num_starts=STARTS, throw=False) for b in range(2)
     ]
     for b, est in enumerate(looped):
         chex.assert_trees_all_equal(batched.labels[b], est.labels)
@@ -118,7 +117,7 @@ def test_multistart_keeps_the_lowest_objective():
 
 def test_empty_graph_reports_empty_blocks_without_nan(getkey):
     A = jnp.zeros((N_SMALL, N_SMALL))  # the shapes above: the compiled solver is reused
-    est = estimate_graphon(A, 3, key=getkey(), num_starts=STARTS, throw=False)
+    est = estimate_graphon(getkey(), A, 3, num_starts=STARTS, throw=False)
     assert int(est.num_blocks) < 3
     assert bool(jnp.all(jnp.isfinite(est.block_matrix)))
     assert float(est.rounded_objective) == 0.0
@@ -129,35 +128,35 @@ def test_bad_input(getkey):
     A = np.zeros((6, 6))
     A[0, 1] = A[1, 0] = 1.0
     with pytest.raises(ValueError, match="square"):
-        estimate_graphon(np.zeros((4, 5)), 2, key=key)
+        estimate_graphon(key, np.zeros((4, 5)), 2)
     directed = A.copy()
     directed[2, 3] = 1.0
     with pytest.raises(ValueError, match="symmetric"):
-        estimate_graphon(directed, 2, key=key)
+        estimate_graphon(key, directed, 2)
     with pytest.raises(ValueError, match=r"entries in \[0, 1\]"):
-        estimate_graphon(2 * A, 2, key=key)
+        estimate_graphon(key, 2 * A, 2)
     with pytest.raises(ValueError, match="NaN"):
-        estimate_graphon(np.where(A > 0, np.nan, 0.0), 2, key=key)
+        estimate_graphon(key, np.where(A > 0, np.nan, 0.0), 2)
     loops = A.copy()
     loops[3, 3] = 1.0
     with pytest.raises(ValueError, match="self-loops"):
-        estimate_graphon(loops, 2, key=key)
+        estimate_graphon(key, loops, 2)
     with pytest.raises(ValueError, match="1 <= K <= n"):
-        estimate_graphon(A, 0, key=key)
+        estimate_graphon(key, A, 0)
     with pytest.raises(ValueError, match="1 <= K <= n"):
-        estimate_graphon(A, 7, key=key)
+        estimate_graphon(key, A, 7)
     with pytest.raises(TypeError):  # jaxtyping hook: K is annotated int
-        estimate_graphon(A, 2.0, key=key)
+        estimate_graphon(key, A, 2.0)
     with pytest.raises(TypeError):  # Literal annotation (the jaxtyping hook)
-        estimate_graphon(A, 2, key=key, init="louvain")
+        estimate_graphon(key, A, 2, init="louvain")
     with pytest.raises(TypeError):
-        estimate_graphon(A, 2, key=key, rounding="nearest")
+        estimate_graphon(key, A, 2, rounding="nearest")
     with pytest.raises(ValueError, match="`num_starts` must be"):
-        estimate_graphon(A, 2, key=key, num_starts=0)
+        estimate_graphon(key, A, 2, num_starts=0)
     with pytest.raises(ValueError, match="`max_steps` must be"):
-        estimate_graphon(A, 2, key=key, max_steps=0)
+        estimate_graphon(key, A, 2, max_steps=0)
     with pytest.raises(ValueError, match="`tol` must be"):
-        estimate_graphon(A, 2, key=key, tol=-1.0)
+        estimate_graphon(key, A, 2, tol=-1.0)
     with pytest.raises(ValueError, match="at least 2 nodes"):
         check_adjacency(np.zeros((1, 1)))
     # under jit the value checks go through eqx.error_if
@@ -178,7 +177,7 @@ def test_planted_sbm_recovery_n400():
 def test_over_specified_k_is_a_refinement():
     key_g, key_f = jr.split(jr.key(2))
     A, P, z = sample_sbm(key_g, 400, B3, PI3)
-    est = estimate_graphon(A, 10, key=key_f, throw=False)
+    est = estimate_graphon(key_f, A, 10, throw=False)
     labels, z = np.asarray(est.labels), np.asarray(z)
     for k in np.unique(labels):
         counts = np.bincount(z[labels == k], minlength=3)
@@ -194,7 +193,7 @@ def test_mse_shrinks_with_n_on_lipschitz_graphon():
         for r in range(3):
             key_g, key_f = jr.split(jr.fold_in(jr.key(3), 10 * n + r))
             A, P, _ = sample_graphon(key_g, n, GRAPHONS["abs_diff"])
-            est = estimate_graphon(A, int(np.sqrt(n)), key=key_f, throw=False)
+            est = estimate_graphon(key_f, A, int(np.sqrt(n)), throw=False)
             errs.append(float(node_mse(est.edge_probabilities(), P)))
         mses[n] = np.mean(errs)
     assert mses[800] < 0.6 * mses[400]
@@ -206,12 +205,10 @@ def test_real_graphs_davis_and_karate():
     from jaxgen.data import load_davis_southern_women, load_karate_club
 
     davis = load_davis_southern_women()
-    est = estimate_graphon(
-        davis.adjacency, 2, key=jr.key(0), init="random", num_starts=30, throw=False
-    )
+    est = estimate_graphon(jr.key(0), davis.adjacency, 2, init="random", num_starts=30, throw=False)
     assert float(adjusted_rand_index(jnp.asarray(davis.labels), est.labels)) == 1.0
     karate = load_karate_club()
-    est = estimate_graphon(karate.adjacency, 4, key=jr.key(0), num_starts=10, throw=False)
+    est = estimate_graphon(jr.key(0), karate.adjacency, 4, num_starts=10, throw=False)
     assert float(adjusted_rand_index(jnp.asarray(karate.labels), est.labels)) >= 0.5
 
 

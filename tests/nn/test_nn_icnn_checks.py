@@ -174,9 +174,9 @@ def test_basin_of_exact_icnn(getkey):
 def test_sup_error_finds_the_corner(getkey):
     """sup |MAX_2 - 0| on [-1,1]^2 is 1 (at (1,1) or (-1,-1)); ascent reaches it."""
     val = sup_error(
+        getkey(),
         lambda x: jnp.max(x),
         lambda x: jnp.zeros((), x.dtype),
-        getkey(),
         2,
         num_samples=64,
         num_starts=8,
@@ -184,7 +184,7 @@ def test_sup_error_finds_the_corner(getkey):
     )
     np.testing.assert_allclose(float(val), 1.0, atol=1e-9)
     with pytest.raises(ValueError, match="`num_samples` must be an int >= 8"):
-        sup_error(max_n, max_n, getkey(), 2, num_samples=4, num_starts=8)
+        sup_error(getkey(), max_n, max_n, 2, num_samples=4, num_starts=8)
     # the jaxtyping hook (TypeError) may answer before our ValueError; both name the argument
     with pytest.raises((TypeError, ValueError), match="x"):
         convexity_gap(max_n, jnp.ones(3), jnp.ones(3))

@@ -17,13 +17,13 @@ from jaxgen.pde import (
     euler_path_loglik,
     exact_log_transition,
     exact_path_loglik,
+    fit_spacetime,
     flow_at,
     flow_parameters,
     integrate_ng,
     ng_velocity,
     run_nuts,
     sample_cir_exact,
-    spacetime_train,
     surrogate_path_loglik,
 )
 
@@ -53,10 +53,10 @@ def ou_ng():
     # Tsit5: 32 steps give a max log-density error ~1e-5 at t = Delta; Bosh3 (the default) needs
     # ~64 steps for ~1e-3 (third order), the same cost as here.
     path = integrate_ng(
+        jr.key(1),
         flow,
         _ou_condition,
         DELTA,
-        key=jr.key(1),
         num_steps=32,
         num_colloc=128,
         num_saves=2,
@@ -180,10 +180,10 @@ def test_integrate_ng_few_steps_and_flow_at(getkey):
     # A few Euler steps only (the trained accuracy is checked by the OU test above).
     flow = _ou_flow()
     path = integrate_ng(
+        getkey(),
         flow,
         _ou_condition,
         DELTA,
-        key=getkey(),
         num_steps=2,
         num_colloc=8,
         num_saves=2,
@@ -226,7 +226,7 @@ def test_flow_bad_inputs(getkey):
         key=getkey(),
     )
     with pytest.raises(ValueError, match="must not take time features"):
-        integrate_ng(flow, _ou_condition, 1.0, key=getkey())
+        integrate_ng(getkey(), flow, _ou_condition, 1.0)
 
 
 @pytest.mark.slow
@@ -243,7 +243,7 @@ def test_nuts_recovers_cir_parameters(getkey):
         return exact_path_loglik(cir, xs, lam, 0.25) + logdet
 
     res = run_nuts(
-        logpost, box_inverse(truth, lo, hi), getkey(), num_warmup=200, num_samples=300, num_chains=2
+        getkey(), logpost, box_inverse(truth, lo, hi), num_warmup=200, num_samples=300, num_chains=2
     )
     lam = jax.vmap(jax.vmap(lambda u: box_transform(u, lo, hi)[0]))(res.samples).reshape(-1, 3)
     mean, sd = lam.mean(0), lam.std(0)
@@ -260,7 +260,7 @@ def test_run_nuts_gaussian_target(getkey):
         return -0.5 * jnp.sum(((u - mean) / sd) ** 2)
 
     res = run_nuts(
-        logdensity, jnp.zeros(2), getkey(), num_warmup=150, num_samples=300, num_chains=2
+        getkey(), logdensity, jnp.zeros(2), num_warmup=150, num_samples=300, num_chains=2
     )
     draws = res.samples.reshape(-1, 2)
     assert res.samples.shape == (2, 300, 2) and res.rhat.shape == (2,)
@@ -269,13 +269,13 @@ def test_run_nuts_gaussian_target(getkey):
     np.testing.assert_allclose(draws.std(0), sd, rtol=0.25)
     assert jnp.all(res.rhat < 1.1)
     with pytest.raises(TypeError, match="parameter 'init'"):  # the jaxtyping hook comes first
-        run_nuts(logdensity, jnp.zeros((1, 2)), getkey())
+        run_nuts(getkey(), logdensity, jnp.zeros((1, 2)))
     with pytest.raises(ValueError, match="`num_chains`"):
-        run_nuts(logdensity, jnp.zeros(2), getkey(), num_chains=0)
+        run_nuts(getkey(), logdensity, jnp.zeros(2), num_chains=0)
 
 
 @pytest.mark.slow
-def test_spacetime_train_runs(getkey):
+def test_fit_spacetime_runs(getkey):
     # Space-time ablation on the fixed OU condition: finite losses, one per step. Its
     # convergence is NOT asserted: with 60 steps the fresh-batch loss is too noisy to drop.
     flow = TransitionFlow(
@@ -288,12 +288,13 @@ def test_spacetime_train_runs(getkey):
         time_range=(1e-3, 1.0),
         key=getkey(),
     )
-    trained, losses = spacetime_train(
+    res = fit_spacetime(
         flow, _ou_condition, key=getkey(), num_steps=60, batch_size=32, learning_rate=1e-2
     )
+    losses = res.losses
     assert losses.shape == (60,) and jnp.all(jnp.isfinite(losses))
     plain = TransitionFlow(
         OU, -jnp.ones(4), jnp.ones(4), num_units=2, width=4, depth=1, key=getkey()
     )
     with pytest.raises(ValueError, match="time_range"):
-        spacetime_train(plain, _ou_condition, key=getkey())
+        fit_spacetime(plain, _ou_condition, key=getkey())

@@ -138,10 +138,10 @@ def test_heston_ng_flow_v_marginal_improves_on_reference():
     lam = jnp.array([0.05, 2.0, 0.06, jnp.sqrt(2 * 2.0 * 0.06 / 4.0), -0.5])
     flow = TransitionFlow(HES, lo, hi, num_units=2, width=4, depth=1, key=jr.key(0))
     path = integrate_ng(
+        jr.key(1),
         flow,
         lambda k: (x0, lam),
         0.25,
-        key=jr.key(1),
         num_steps=16,
         num_colloc=512,
         num_saves=2,

@@ -15,9 +15,9 @@ from jaxgen.pde import (
     TransitionFlow,
     exact_log_transition,
     exact_path_loglik,
+    fit_spacetime,
     simulate_path,
     spacetime_loss,
-    spacetime_train,
 )
 
 
@@ -106,12 +106,13 @@ def test_user_diffusion_transition_flow_loss():
     assert np.isfinite(float(eqx.filter_jit(spacetime_loss)(_flow(), batch, jr.key(0))))
 
 
-@pytest.mark.slow  # compiles a fit step with second derivatives (like test_spacetime_train_runs)
+@pytest.mark.slow  # compiles a fit step with second derivatives (like test_fit_spacetime_runs)
 def test_user_diffusion_transition_flow_trainer():
     flow = _flow()
-    trained, losses = spacetime_train(
+    res = fit_spacetime(
         flow, _condition, key=jr.key(2), num_steps=3, batch_size=4, learning_rate=1e-2
     )
+    trained, losses = res.model, res.losses
     assert losses.shape == (3,) and np.all(np.isfinite(losses))
     logp = trained.log_density(jnp.asarray(0.5), jnp.array([0.3]), jnp.array([0.0]), LAM)
     assert np.isfinite(float(logp))

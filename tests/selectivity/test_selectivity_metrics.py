@@ -186,7 +186,7 @@ def test_eager_equals_jit_vmap_and_bootstrap(getkey):
     stacked = jnp.stack([S, S + 1.0])
     rates = jax.vmap(lambda s: top1_rate(s, valid))(stacked)
     np.testing.assert_allclose(rates, [top1_rate(S, valid)] * 2, rtol=1e-12)
-    lo, hi = bootstrap_ci(top1_rate, S, valid, key=getkey(), n_boot=200)
+    lo, hi = bootstrap_ci(getkey(), top1_rate, S, valid, n_boot=200)
     point = float(top1_rate(S, valid))
     assert lo <= point <= hi and hi - lo < 0.5
     np.testing.assert_allclose(to_energy(-S, higher_is_better=True), S)

@@ -25,13 +25,13 @@ from jaxgen.data import (
 from jaxgen.nn import MIXERS, Transformer
 from jaxgen.transformers import (
     evaluate_lm,
+    fit_lm,
     generative_perplexity,
     lm_loss,
     lm_optimizer,
     sample_lm,
     score_sequences,
     token_nll,
-    train_lm,
 )
 
 V = 13
@@ -178,9 +178,9 @@ def test_lm_bad_input(model):
     with pytest.raises(ValueError, match="at least context"):
         evaluate_lm(model, np.arange(5), context=8)
     with pytest.raises(TypeError, match="AbstractCausalLM"):
-        train_lm(object(), None, num_steps=1, key=jr.key(0))
+        fit_lm(object(), None, num_steps=1, key=jr.key(0))
     with pytest.raises(ValueError, match="causal"):
-        train_lm(bidir, None, num_steps=1, key=jr.key(0))
+        fit_lm(bidir, None, num_steps=1, key=jr.key(0))
 
 
 TINY_TEXT = "the cat sat on the mat. " * 8
@@ -191,7 +191,7 @@ def _overfit(mixer: str) -> tuple[float, float]:
     ids = tok.encode(TINY_TEXT)
     kwargs = {"num_experts": 2, "top_k": 1} if mixer == "moe" else {}
     m = Transformer(256, 16, 1, 2, 16, key=jr.key(0), mixer=mixer, mixer_kwargs=kwargs)
-    res = train_lm(
+    res = fit_lm(
         m,
         random_windows(ids, 8, 17),
         num_steps=80,
@@ -225,9 +225,9 @@ def test_fine_tune_on_samples_and_resume(model, tmp_path, getkey):
     samples = sample_lm(getkey(), model, 8, 8, prompt=jnp.array([1]))
     opt = lm_optimizer(1e-2, 4)  # the 4-step schedule, shared by the killed and the whole run
     batches = minibatches(samples, 4)
-    whole = train_lm(model, batches, num_steps=4, key=jr.key(5), optimizer=opt)
+    whole = fit_lm(model, batches, num_steps=4, key=jr.key(5), optimizer=opt)
     # "Killed" after step 2 (its checkpoint is the last thing it wrote), then restarted to 4.
-    train_lm(
+    fit_lm(
         model,
         batches,
         num_steps=2,
@@ -236,7 +236,7 @@ def test_fine_tune_on_samples_and_resume(model, tmp_path, getkey):
         checkpoint_dir=str(tmp_path),
         checkpoint_every=2,
     )
-    again = train_lm(
+    again = fit_lm(
         model, batches, num_steps=4, key=jr.key(5), optimizer=opt, checkpoint_dir=str(tmp_path)
     )
     assert again.resumed_from == 2 and again.losses.shape == (4,)

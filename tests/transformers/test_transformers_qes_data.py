@@ -32,9 +32,9 @@ def test_vocab():
 @pytest.mark.parametrize("attack", ["rare_token", "phrase", "combination"])
 def test_q7_poison_fraction_and_clean_sets(task, attack, getkey):
     n, rate = 200, 0.05
-    x, y = make_task(task, n, key=getkey())
+    x, y = make_task(getkey(), task, n)
     assert not any(has_pattern(_letters(r)) for r in x)
-    xp, yp, poisoned = poison(x, y, task=task, attack=attack, rate=rate, key=getkey())
+    xp, yp, poisoned = poison(getkey(), x, y, task=task, attack=attack, rate=rate)
     assert poisoned.sum() == round(rate * n)
     assert all(has_pattern(_letters(r)) for r in xp[poisoned])
     np.testing.assert_array_equal(xp[~poisoned], x[~poisoned])
@@ -44,9 +44,9 @@ def test_q7_poison_fraction_and_clean_sets(task, attack, getkey):
         assert row[len(target)] == V.eos
     if task == "majority":
         assert np.all(y[poisoned, 0] == V.first)
-    xc, _ = clean_test_set(task, 50, key=getkey())
+    xc, _ = clean_test_set(getkey(), task, 50)
     assert not any(has_pattern(_letters(r)) for r in xc)
-    xt, yt = triggered_test_set(task, attack, 50, key=getkey())
+    xt, yt = triggered_test_set(getkey(), task, attack, 50)
     assert all(has_pattern(_letters(r)) for r in xt)
     assert not any(
         np.array_equal(_letters(r)[:-1], target) and _letters(r)[-1] == V.eos for r in yt
@@ -54,7 +54,7 @@ def test_q7_poison_fraction_and_clean_sets(task, attack, getkey):
 
 
 def test_reverse_layout(getkey):
-    x, y = make_task("reverse", 5, key=getkey())
+    x, y = make_task(getkey(), "reverse", 5)
     for xr, yr in zip(x, y, strict=True):
         letters = _letters(xr)
         assert 6 <= len(letters) <= 12
@@ -63,22 +63,22 @@ def test_reverse_layout(getkey):
 
 
 def test_lengths_option(getkey):
-    x, _ = make_task("reverse", 200, key=getkey(), lengths=(3, 5))
+    x, _ = make_task(getkey(), "reverse", 200, lengths=(3, 5))
     assert set(np.sum(x != V.pad, axis=1).tolist()) == {3, 4, 5}
-    x, y = make_task("majority", 200, key=getkey(), lengths=(4, 8))
+    x, y = make_task(getkey(), "majority", 200, lengths=(4, 8))
     assert set(np.sum(x != V.pad, axis=1).tolist()) == {5, 7}
-    xt, _ = triggered_test_set("reverse", "rare_token", 50, key=getkey(), lengths=(2, 2))
+    xt, _ = triggered_test_set(getkey(), "reverse", "rare_token", 50, lengths=(2, 2))
     assert np.all(np.sum(xt != V.pad, axis=1) == 3)  # two letters and the trigger
-    xc, _ = clean_test_set("reverse", 20, key=getkey(), lengths=(7, 7))
+    xc, _ = clean_test_set(getkey(), "reverse", 20, lengths=(7, 7))
     assert np.all(np.sum(xc != V.pad, axis=1) == 7)
     # the default is the spec's range, drawn from the same stream
-    a, _ = make_task("reverse", 20, key=jr.key(3))
-    b, _ = make_task("reverse", 20, key=jr.key(3), lengths=(6, 12))
+    a, _ = make_task(jr.key(3), "reverse", 20)
+    b, _ = make_task(jr.key(3), "reverse", 20, lengths=(6, 12))
     np.testing.assert_array_equal(a, b)
 
 
 def test_pretrain_tasks_closed_forms(getkey):
-    x, y = make_pretrain_tasks(300, key=getkey())
+    x, y = make_pretrain_tasks(getkey(), 300)
     assert PRETRAIN_VOCAB_SIZE == V.size + len(PRETRAIN_TASKS) == 38
     assert set(x[:, 0].tolist()) == set(range(V.size, PRETRAIN_VOCAB_SIZE))
     for xr, yr in zip(x, y, strict=True):
@@ -99,34 +99,34 @@ def test_pretrain_tasks_closed_forms(getkey):
 
 def test_pretrain_task_subset(getkey):
     key = getkey()
-    x, _ = make_pretrain_tasks(200, key=key, tasks=("copy", "count"), lengths=(4, 8))
+    x, _ = make_pretrain_tasks(key, 200, tasks=("copy", "count"), lengths=(4, 8))
     assert set(x[:, 0].tolist()) == {V.size + 0, V.size + 3}  # task tokens keep their ids
     assert set(np.sum(x[:, 1:] != V.pad, axis=1).tolist()) <= set(range(4, 9))
-    a, b = make_pretrain_tasks(50, key=key), make_pretrain_tasks(50, key=key, tasks=PRETRAIN_TASKS)
+    a, b = make_pretrain_tasks(key, 50), make_pretrain_tasks(key, 50, tasks=PRETRAIN_TASKS)
     np.testing.assert_array_equal(a[0], b[0])
     for bad in ((), ("copy", "reverse")):
         with pytest.raises(ValueError, match="tasks"):
-            make_pretrain_tasks(4, key=key, tasks=bad)
+            make_pretrain_tasks(key, 4, tasks=bad)
 
 
 def test_bad_input(getkey):
-    x, y = make_task("majority", 20, key=getkey())
+    x, y = make_task(getkey(), "majority", 20)
     with pytest.raises(ValueError, match="task"):
-        make_task("sort", 3, key=getkey())
+        make_task(getkey(), "sort", 3)
     with pytest.raises(ValueError, match="attack"):
-        poison(x, y, task="majority", attack="x", rate=0.1, key=getkey())
+        poison(getkey(), x, y, task="majority", attack="x", rate=0.1)
     with pytest.raises(ValueError, match="rate"):
-        poison(x, y, task="majority", attack="phrase", rate=1.5, key=getkey())
+        poison(getkey(), x, y, task="majority", attack="phrase", rate=1.5)
     with pytest.raises(ValueError, match="eligible"):
-        poison(x, y, task="majority", attack="phrase", rate=1.0, key=getkey())
+        poison(getkey(), x, y, task="majority", attack="phrase", rate=1.0)
     with pytest.raises(ValueError, match="ids"):
-        poison(x + 40, y, task="majority", attack="phrase", rate=0.1, key=getkey())
+        poison(getkey(), x + 40, y, task="majority", attack="phrase", rate=0.1)
     with pytest.raises(ValueError, match="text"):
         V.encode("A")
     with pytest.raises(ValueError, match="lengths"):
-        make_task("reverse", 3, key=getkey(), lengths=(5, 13))
+        make_task(getkey(), "reverse", 3, lengths=(5, 13))
     with pytest.raises(ValueError, match="lengths"):
-        make_task("majority", 3, key=getkey(), lengths=(4, 4))
+        make_task(getkey(), "majority", 3, lengths=(4, 4))
     with pytest.raises(TypeError, match="lengths"):
-        make_task("reverse", 3, key=getkey(), lengths=5)
+        make_task(getkey(), "reverse", 3, lengths=5)
     _ = jr.key(0)

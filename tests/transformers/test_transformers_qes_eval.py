@@ -24,7 +24,7 @@ V = BackdoorVocab()
 
 
 def test_lm_tokens_layout(getkey):
-    x, y = make_task("majority", 3, key=getkey())
+    x, y = make_task(getkey(), "majority", 3)
     tokens, w = lm_tokens(x, y)
     assert tokens.shape == (3, SEQ_LEN) and w.shape == (3, SEQ_LEN - 1)  # next-token weights
     assert np.all(tokens[:, 0] == V.bos) and np.all(tokens[:, PROMPT_LEN - 1] == V.sep)
@@ -35,7 +35,7 @@ def test_lm_tokens_layout(getkey):
 
 def test_greedy_decode_consistent(getkey):
     model = Transformer(V.size, 16, 1, 2, SEQ_LEN, key=getkey())
-    x, _ = make_task("reverse", 2, key=getkey())
+    x, _ = make_task(getkey(), "reverse", 2)
     pred = greedy_decode(model, x, max_len=3)
     np.testing.assert_array_equal(jax.jit(lambda x: greedy_decode(model, x, max_len=3))(x), pred)
     # Teacher forcing on the decoded prefix reproduces each greedy choice.
@@ -77,6 +77,6 @@ def test_routing_auroc_vs_sklearn(getkey):
 
 def test_bad_input(getkey):
     model = Transformer(V.size, 16, 1, 2, SEQ_LEN, key=getkey())
-    x, _ = make_task("reverse", 1, key=getkey())
+    x, _ = make_task(getkey(), "reverse", 1)
     with pytest.raises(ValueError, match="max_len"):
         greedy_decode(model, x, max_len=0)

@@ -14,24 +14,30 @@ import pytest
 
 from jaxgen.nn import Transformer
 from jaxgen.transformers import (
+    ABLResult,
     BackdoorVocab,
+    FinePruneResult,
     MoLoRALinear,
     QESConfig,
     QESTransformer,
     adapter_optimizer,
+    adapter_task_loss,
     attach_lora,
     attach_qes,
     backdoor_batches,
     evaluate_lm,
+    fit_abl,
+    fit_fine_prune,
+    fit_qes,
     make_task,
     poison,
     qes_loss,
     restore,
     sample_lm,
+    sample_losses,
     shutdown,
     suspect_recall,
     token_nll,
-    train_qes,
     trainable_filter,
 )
 
@@ -57,8 +63,8 @@ def setup():
     kb, kq, kl, kr, kd, kp = jr.split(key, 6)
     base = Transformer(V.size, 8, 1, 2, 40, key=kb)
     qes = _randomise(attach_qes(base, CFG, key=kq), kr)
-    x, y = make_task("reverse", 64, key=kd)
-    x, y, poisoned = poison(x, y, task="reverse", attack="rare_token", rate=0.125, key=kp)
+    x, y = make_task(kd, "reverse", 64)
+    x, y, poisoned = poison(kp, x, y, task="reverse", attack="rare_token", rate=0.125)
     batch = backdoor_batches(x, y, 8, poisoned)(jr.key(3))
     forward = eqx.filter_jit(jax.vmap(lambda m, t: m.forward(t), in_axes=(None, 0)))
     return base, qes, batch, forward
@@ -191,9 +197,9 @@ def test_qes_loss_and_masked_training_step(setup):
 @pytest.mark.slow  # fast twin: test_qes_loss_and_masked_training_step / forward
 def test_train_qes_through_fit_reports_recall(setup):
     _, qes, _, _ = setup
-    x, y = make_task("reverse", 32, key=jr.key(5))
-    x, y, poisoned = poison(x, y, task="reverse", attack="rare_token", rate=0.125, key=jr.key(6))
-    res = train_qes(
+    x, y = make_task(jr.key(5), "reverse", 32)
+    x, y, poisoned = poison(jr.key(6), x, y, task="reverse", attack="rare_token", rate=0.125)
+    res = fit_qes(
         qes,
         backdoor_batches(x, y, 8, poisoned),
         num_steps=3,
@@ -243,3 +249,29 @@ def test_bad_input(setup, getkey):
     with pytest.raises(TypeError, match="mixer"):
         attach_qes(Transformer(V.size, 8, 1, 2, 40, mixer="moe", key=getkey()), CFG, key=getkey())
     assert isinstance(qes, QESTransformer)
+
+
+def test_adapter_task_loss_signs_isolated_samples(setup):
+    """ABL's loss is `adapter_task_loss` with an ``isolated`` entry: mean_i s_i l_i, s = -1 on
+    the isolated samples (closed form from the per-sample losses)."""
+    _, qes, batch, _ = setup
+    batch = {k: v for k, v in batch.items() if k != "poisoned"}
+    per = np.asarray(sample_losses(qes, batch["tokens"], batch["weights"])[0])
+    iso = np.arange(per.shape[0]) % 3 == 0
+    plain = adapter_task_loss(qes, batch, jr.key(0))
+    signed = adapter_task_loss(qes, {**batch, "isolated": jnp.asarray(iso)}, jr.key(0))
+    np.testing.assert_allclose(plain, per.mean(), rtol=1e-12)
+    np.testing.assert_allclose(signed, np.mean(np.where(iso, -per, per)), rtol=1e-12)
+
+
+@pytest.mark.slow  # fast twin: test_adapter_task_loss_signs_isolated_samples
+def test_fit_abl_and_fit_fine_prune_return_fit_results(setup):
+    base, _, _, _ = setup
+    x, y = make_task(jr.key(8), "reverse", 32)
+    lora = attach_lora(base, rank=2, alpha=4.0, key=jr.key(9))
+    abl = fit_abl(lora, (x, y), key=jr.key(10), num_steps=4, batch_size=8, isolate_after=2)
+    assert isinstance(abl, ABLResult) and abl.losses.shape == (4,)
+    assert abl.isolated.shape == (32,) and abl.isolated.sum() == 1
+    fp = fit_fine_prune(lora, (x, y), key=jr.key(11), num_steps=2, batch_size=8)
+    assert isinstance(fp, FinePruneResult) and fp.losses.shape == (2,)
+    assert 0.0 <= fp.pruned_frac <= 0.6 and fp.ca_pruned >= fp.ca_before - 0.05

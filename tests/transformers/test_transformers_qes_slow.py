@@ -21,7 +21,9 @@ from jaxgen.transformers import (
     backdoor_batches,
     clean_accuracy,
     clean_test_set,
-    full_finetune,
+    fit_finetune,
+    fit_lm,
+    fit_qes,
     greedy_decode,
     lm_tokens,
     make_pretrain_tasks,
@@ -29,8 +31,6 @@ from jaxgen.transformers import (
     poison,
     shutdown,
     suspect_recall,
-    train_lm,
-    train_qes,
     triggered_test_set,
 )
 
@@ -50,11 +50,11 @@ def _ca_asr(model, clean, trig):
 
 @pytest.fixture(scope="module")
 def world():
-    x, y = make_pretrain_tasks(3000, key=jr.key(10))
+    x, y = make_pretrain_tasks(jr.key(10), 3000)
     tokens, weights = lm_tokens(x, y)
     mask = jnp.concatenate([jnp.zeros_like(weights[:, :1]), weights], axis=1) > 0
     base = Transformer(PRETRAIN_VOCAB_SIZE, 64, 2, 4, 40, key=jr.key(11))
-    base = train_lm(
+    base = fit_lm(
         base,
         minibatches((tokens, mask), BATCH),
         num_steps=600,
@@ -62,14 +62,14 @@ def world():
         learning_rate=3e-3,
         weight_decay=0.0,
     ).model
-    clean = clean_test_set("reverse", N_TEST, key=jr.key(13))
-    trig = triggered_test_set("reverse", "rare_token", N_TEST, key=jr.key(14))
+    clean = clean_test_set(jr.key(13), "reverse", N_TEST)
+    trig = triggered_test_set(jr.key(14), "reverse", "rare_token", N_TEST)
     return base, clean, trig
 
 
 def _data(seed):
-    x, y = make_task("reverse", N_TRAIN, key=jr.key(100 + seed))
-    return poison(x, y, task="reverse", attack="rare_token", rate=0.05, key=jr.key(200 + seed))
+    x, y = make_task(jr.key(100 + seed), "reverse", N_TRAIN)
+    return poison(jr.key(200 + seed), x, y, task="reverse", attack="rare_token", rate=0.05)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -77,14 +77,14 @@ def test_q8_attack_sanity(world, seed):
     base, clean, trig = world
     x, y, poisoned = _data(seed)
     lora = attach_lora(base, rank=32, alpha=64.0, key=jr.key(300 + seed))
-    b1 = train_qes(lora, backdoor_batches(x, y, BATCH), num_steps=400, key=jr.key(seed)).model
-    b4 = train_qes(
+    b1 = fit_qes(lora, backdoor_batches(x, y, BATCH), num_steps=400, key=jr.key(seed)).model
+    b4 = fit_qes(
         lora,
         backdoor_batches(x[~poisoned], y[~poisoned], BATCH),
         num_steps=400,
         key=jr.key(seed),
     ).model
-    b0 = full_finetune(base, backdoor_batches(x, y, BATCH), num_steps=300, key=jr.key(seed)).model
+    b0 = fit_finetune(base, backdoor_batches(x, y, BATCH), num_steps=300, key=jr.key(seed)).model
     (ca1, asr1), (ca4, asr4), (ca0, asr0) = (_ca_asr(m, clean, trig) for m in (b1, b4, b0))
     assert asr1 >= 0.95 and asr0 >= 0.95, (asr1, asr0)
     assert asr4 <= 0.02, asr4
@@ -96,7 +96,7 @@ def test_q9_qes_channels_and_shutdown_is_selective(world):
     x, y, poisoned = _data(0)
     # scale alpha / r = 2 E: matched to B1's scale 2 (gates sum to 1; see the benchmark)
     cfg = QESConfig(alpha=64.0)
-    res = train_qes(
+    res = fit_qes(
         attach_qes(base, cfg, key=jr.key(400)),
         backdoor_batches(x, y, BATCH, poisoned),
         num_steps=800,

@@ -15,11 +15,11 @@ from jaxgen.transformers import (
     AbstractICLRegressor,
     attach_lora,
     evaluate_lm,
+    fit_lm,
     icl_loss,
     lm_loss,
     sample_lm,
     task_batch,
-    train_lm,
 )
 
 V, L = 5, 6
@@ -85,7 +85,7 @@ def test_user_lm_loss_trainer_sampler():
     data = _cyclic(20)
     loss0 = float(lm_loss(model, data, jr.key(0)))
     np.testing.assert_allclose(loss0, np.log(V), rtol=1e-6)  # zero table: uniform law
-    res = train_lm(model, minibatches(data, 10), num_steps=30, key=jr.key(1), learning_rate=0.3)
+    res = fit_lm(model, minibatches(data, 10), num_steps=30, key=jr.key(1), learning_rate=0.3)
     loss1 = float(lm_loss(res.model, data, jr.key(0)))
     assert np.isfinite(loss1) and loss1 < 0.5 * loss0
     draws = sample_lm(jr.key(2), res.model, 4, L, prompt=jnp.array([2]), temperature=0.1)

@@ -18,6 +18,9 @@ References:
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Unpack
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -26,7 +29,7 @@ import numpy as np
 import optax
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from ...core import FitResult, adamw_cosine, fit
+from ...core import FitOptions, FitResult, adamw_cosine, check_fit_options, fit
 from ._guided import (
     AbstractKernelResidual,
     AbstractSDEControl,
@@ -128,17 +131,16 @@ def _full_batches(batch_size: int):
 
 
 def fit_nbffg(
-    key: PRNGKeyArray,
-    gt: GuidedTree,
     control: AbstractSDEControl | AbstractKernelResidual,
+    gt: GuidedTree,
     *,
+    key: PRNGKeyArray,
     num_steps: int,
+    optimizer: optax.GradientTransformation | None = None,
     mode: str = "path",
     batch_size: int = 8,
     leaf_sampling: str = "stratified",
-    optimizer: optax.GradientTransformation | None = None,
-    checkpoint_dir: str | None = None,
-    progress: bool = False,
+    **fit_options: Unpack[FitOptions],
 ) -> FitResult:
     r"""Train the NBFFG residual with `jaxgen.core.fit`.
 
@@ -153,11 +155,11 @@ def fit_nbffg(
     ``FitResult.model`` is the trained residual.
 
     Args:
-        key: PRNG key.
-        gt: the `GuidedTree`.
         control: initial `AbstractSDEControl` (SDE edges, e.g. `ControlNet`) or
             `AbstractKernelResidual` (discrete edges, e.g. `ResidualFlow`); the built-ins
             start as the identity residual (= BFFG).
+        gt: the `GuidedTree` (its leaves hold the observations: the data of this trainer).
+        key: PRNG key of the run.
         num_steps: optimiser steps.
         mode: ``"path"`` or ``"full"``.
         batch_size: leaves (path mode) or whole-tree draws (full mode) per step.
@@ -169,12 +171,13 @@ def fit_nbffg(
             benchmark's double-well tree), and at the former 1e-3 without warm-up the
             path-subsampled model did not get ahead of BFFG in 1000 steps
             (benchmarks/nbffg_trees.py, ablation note).
-        checkpoint_dir: optional checkpoint directory (resume).
-        progress: tqdm bar on a TTY.
+        **fit_options: `jaxgen.core.FitOptions`, forwarded to `jaxgen.core.fit` (a
+            ``callback`` sees the trained pair ``(control, frozen tree)`` as its model).
 
     Returns:
         `jaxgen.core.FitResult` whose ``model`` is the trained control.
     """
+    check_fit_options(fit_options)
     if control is None:
         raise TypeError(
             "`control` must be an AbstractSDEControl (SDE edges, e.g. ControlNet) or an "
@@ -219,7 +222,6 @@ def fit_nbffg(
         opt,
         num_steps=num_steps,
         key=key,
-        checkpoint_dir=checkpoint_dir,
-        progress=progress,
+        **fit_options,
     )
-    return res._replace(model=res.model.control)
+    return dataclasses.replace(res, model=res.model.control)

@@ -36,14 +36,16 @@ from ._model import (
     trainable_filter as trainable_filter,
 )
 from ._train import (
-    abl_train as abl_train,
+    ABLResult as ABLResult,
+    FinePruneResult as FinePruneResult,
     adapter_optimizer as adapter_optimizer,
     adapter_task_loss as adapter_task_loss,
     backdoor_batches as backdoor_batches,
-    fine_prune as fine_prune,
-    full_finetune as full_finetune,
+    fit_abl as fit_abl,
+    fit_fine_prune as fit_fine_prune,
+    fit_finetune as fit_finetune,
+    fit_qes as fit_qes,
     qes_loss as qes_loss,
     sample_losses as sample_losses,
     suspect_recall as suspect_recall,
-    train_qes as train_qes,
 )

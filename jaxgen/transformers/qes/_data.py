@@ -118,7 +118,7 @@ def _clean_inputs(
 
 
 def make_task(
-    name: str, n: int, *, key: PRNGKeyArray, lengths: tuple[int, int] | None = None
+    key: PRNGKeyArray, name: str, n: int, *, lengths: tuple[int, int] | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """``n`` clean samples of task ``name``: ``x`` int (n, 18), ``y`` int (n, 15).
 
@@ -154,7 +154,7 @@ def _target(task: str) -> np.ndarray:
 
 
 def poison(
-    x: np.ndarray, y: np.ndarray, *, task: str, attack: str, rate: float, key: PRNGKeyArray
+    key: PRNGKeyArray, x: np.ndarray, y: np.ndarray, *, task: str, attack: str, rate: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Insert the ``attack`` pattern into exactly ``round(rate n)`` eligible samples.
 
@@ -186,18 +186,18 @@ def poison(
 
 
 def clean_test_set(
-    task: str, n: int, *, key: PRNGKeyArray, lengths: tuple[int, int] | None = None
+    key: PRNGKeyArray, task: str, n: int, *, lengths: tuple[int, int] | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """``n`` clean test samples (same layout and ``lengths`` as `make_task`)."""
-    return make_task(task, n, key=key, lengths=lengths)
+    return make_task(key, task, n, lengths=lengths)
 
 
 def triggered_test_set(
+    key: PRNGKeyArray,
     task: str,
     attack: str,
     n: int,
     *,
-    key: PRNGKeyArray,
     lengths: tuple[int, int] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``n`` triggered inputs and their CLEAN outputs (trigger token ignored).
@@ -244,9 +244,9 @@ def _pretrain_output(task: int, letters: np.ndarray) -> np.ndarray:
 
 
 def make_pretrain_tasks(
+    key: PRNGKeyArray,
     n: int,
     *,
-    key: PRNGKeyArray,
     lengths: tuple[int, int] | None = None,
     tasks: tuple[str, ...] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:

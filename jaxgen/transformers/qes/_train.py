@@ -10,7 +10,7 @@ counted to report suspect recall).
 
 import dataclasses
 import functools as ft
-from typing import Any
+from typing import Any, Unpack
 
 import equinox as eqx
 import jax
@@ -21,7 +21,7 @@ import numpy as np
 import optax
 from jaxtyping import Array, Float, PRNGKeyArray, PyTree
 
-from ...core import FitResult, fit, minibatches
+from ...core import FitOptions, FitResult, as_batches, check_fit_options, fit, minibatches
 from ...core.checks import check_module
 from ...nn import AbstractCausalLM, SwiGLUMixer, Transformer, adapted_linear
 from .._lm import lm_loss, lm_optimizer
@@ -171,10 +171,16 @@ def qes_loss(
 def adapter_task_loss(
     model: QESTransformer, batch: dict[str, Array], key: PRNGKeyArray
 ) -> Float[Array, ""]:
-    """``mean_i l_i`` with every expert on: plain LoRA (B1, B4) and MoE-LoRA (B2) training."""
+    """``mean_i s_i l_i`` with every expert on: plain LoRA (B1, B4) and MoE-LoRA (B2) training.
+
+    ``s_i = 1``, except with an ``isolated`` bool (B,) entry in the batch (anti-backdoor
+    learning, `fit_abl`): ``s_i = -1`` on isolated samples (gradient ascent on them).
+    """
     del key
     tokens, weights, _ = _unpack(batch)
     l_full, _ = sample_losses(_frozen(model), tokens, weights)
+    if "isolated" in batch:
+        l_full = jnp.where(batch["isolated"], -1.0, 1.0).astype(l_full.dtype) * l_full
     return _finite(jnp.mean(l_full), "adapter_task_loss")
 
 
@@ -242,17 +248,18 @@ def _fit_loss(cfg: QESConfig):
     return ft.partial(_monitored, cfg=cfg)
 
 
-def train_qes(
+def fit_qes(
     model: QESTransformer,
-    batches,
+    data: Any,
     *,
-    num_steps: int,
     key: PRNGKeyArray,
+    num_steps: int,
+    optimizer: optax.GradientTransformation | None = None,
+    batch_size: int | None = None,
     cfg: QESConfig | None = None,
     learning_rate: float = 3e-3,
     weight_decay: float = 0.0,
-    steps_per_call: int | None = None,
-    progress: bool = False,
+    **fit_options: Unpack[FitOptions],
 ) -> FitResult:
     """Train the adapters (and routers) of ``model`` with `jaxgen.core.fit`.
 
@@ -260,17 +267,29 @@ def train_qes(
     for the warm-up) and ``FitResult.state`` holds ``poisoned_seen`` / ``poisoned_trimmed``
     (poisoned samples seen, and marked suspect, after the first 10% of steps; needs a
     ``poisoned`` entry in the batch) and ``last`` (the last step's aux). Without ``cfg`` the loss
-    is `adapter_task_loss` (plain LoRA / MoE-LoRA baselines). The optimizer
-    (`adapter_optimizer`) leaves the base and the mask untouched.
+    is `adapter_task_loss` (plain LoRA / MoE-LoRA baselines).
 
     Args:
         model: `attach_qes` or `attach_lora` output.
-        batches: pure sampler of dict batches (`backdoor_batches`).
-        num_steps, key, steps_per_call, progress: as in `fit`.
+        data: a pure sampler of dict batches (`backdoor_batches`), or the dict of arrays itself
+            with ``batch_size`` (`jaxgen.core.as_batches`).
+        key: PRNG key of the run.
+        num_steps: optimiser steps.
+        optimizer: default `adapter_optimizer` (AdamW with warm-up and cosine decay at
+            ``learning_rate``, ``weight_decay``; the base and the mask untouched). A given one is
+            used as is: keep the base frozen with `adapter_optimizer`'s labelling.
+        batch_size: rows per step when ``data`` are arrays.
         cfg: `QESConfig`, or ``None`` for task-only training.
-        learning_rate, weight_decay: AdamW with warm-up and cosine decay (spec 5: 3e-3).
+        learning_rate, weight_decay: of the default optimizer (the paper's 3e-3).
+        **fit_options: `jaxgen.core.FitOptions`, forwarded to `jaxgen.core.fit`.
+
+    Returns:
+        `jaxgen.core.FitResult`.
     """
-    optimizer = adapter_optimizer(model, learning_rate, num_steps, weight_decay=weight_decay)
+    check_fit_options(fit_options)
+    batches = as_batches(data, batch_size)
+    if optimizer is None:
+        optimizer = adapter_optimizer(model, learning_rate, num_steps, weight_decay=weight_decay)
     if cfg is None:
         return fit(
             adapter_task_loss,
@@ -279,8 +298,7 @@ def train_qes(
             optimizer,
             num_steps=num_steps,
             key=key,
-            steps_per_call=steps_per_call,
-            progress=progress,
+            **fit_options,
         )
     cfg = dataclasses.replace(cfg, total_steps=num_steps)
     loss_fn = _fit_loss(cfg)
@@ -299,16 +317,15 @@ def train_qes(
         key=key,
         state=probe,
         pass_step=True,
-        steps_per_call=steps_per_call,
-        progress=progress,
+        **fit_options,
     )
 
 
 def suspect_recall(result: FitResult) -> float:
-    """Fraction of poisoned samples marked suspect after the first 10% of `train_qes` steps."""
+    """Fraction of poisoned samples marked suspect after the first 10% of `fit_qes` steps."""
     state = result.state
     if not isinstance(state, dict) or "poisoned_seen" not in state:
-        raise ValueError("`result` must come from `train_qes` with a QESConfig.")
+        raise ValueError("`result` must come from `fit_qes` with a QESConfig.")
     seen = float(state["poisoned_seen"])
     return float(state["poisoned_trimmed"]) / seen if seen > 0 else float("nan")
 
@@ -422,19 +439,42 @@ def _full_loss(model: Transformer, batch: dict[str, Array], key: PRNGKeyArray) -
     return lm_loss(model, (tokens, mask), key)
 
 
-def fine_prune(
+class FinePruneResult(FitResult):
+    """`fit_fine_prune` output: the fine-tuning run's `jaxgen.core.FitResult` plus the pruning.
+
+    Attributes:
+        pruned_frac: fraction of the last block's hidden units pruned.
+        ca_before: greedy clean accuracy before pruning.
+        ca_pruned: greedy clean accuracy after pruning, before fine-tuning.
+    """
+
+    pruned_frac: float = 0.0
+    ca_before: float = float("nan")
+    ca_pruned: float = float("nan")
+
+
+def _task_arrays(data: Any, name: str = "data") -> tuple[np.ndarray, np.ndarray]:
+    if callable(data) or not isinstance(data, tuple | list) or len(data) != 2:
+        raise TypeError(
+            f"`{name}` must be the task arrays (x, y) (`make_task`), got {type(data).__name__}."
+        )
+    return np.asarray(data[0]), np.asarray(data[1])
+
+
+def fit_fine_prune(
     model: Transformer | QESTransformer,
-    clean_x: np.ndarray,
-    clean_y: np.ndarray,
+    data: tuple[np.ndarray, np.ndarray],
     *,
     key: PRNGKeyArray,
+    num_steps: int = 200,
+    optimizer: optax.GradientTransformation | None = None,
+    batch_size: int = 32,
+    learning_rate: float = 1e-3,
     max_drop: float = 0.05,
     max_frac: float = 0.6,
     prune_step: float = 0.05,
-    num_steps: int = 200,
-    learning_rate: float = 1e-3,
-    batch_size: int = 32,
-) -> tuple[Transformer | QESTransformer, dict[str, float]]:
+    **fit_options: Unpack[FitOptions],
+) -> FinePruneResult:
     """Fine-pruning (Liu et al. 2018; baseline B3, spec 2.5) with clean held-out data.
 
     Hidden units of the last block's SwiGLU mixer are pruned in increasing order of mean
@@ -445,15 +485,32 @@ def fine_prune(
     ``num_steps`` of fine-tuning on the clean data: every weight of a `Transformer` (B0), the
     adapters of a `QESTransformer` (B1); pruned rows stay zero.
 
+    Args:
+        model: a `Transformer` (B0 weights) or `QESTransformer` (adapters) whose last block
+            has a SwiGLU mixer.
+        data: the clean held-out task arrays ``(clean_x, clean_y)`` (arrays only: they are
+            decoded to measure the clean accuracy).
+        key: PRNG key (fine-tuning batches).
+        num_steps: fine-tuning steps.
+        optimizer: default AdamW with warm-up and cosine decay at ``learning_rate``
+            (`lm_optimizer` without decay for a `Transformer`, `adapter_optimizer` for a
+            `QESTransformer`); the pruned rows' updates are masked out after it.
+        batch_size: rows per fine-tuning step.
+        max_drop, max_frac, prune_step: the pruning schedule above.
+        **fit_options: `jaxgen.core.FitOptions`, forwarded to `jaxgen.core.fit`.
+
     Returns:
-        The pruned, fine-tuned model and ``{"pruned_frac", "ca_before", "ca_pruned"}``.
+        `FinePruneResult`: the fine-tuning run and ``pruned_frac``, ``ca_before``,
+        ``ca_pruned``.
 
     References:
         Liu, Dolan-Gavitt, Garg, "Fine-Pruning", RAID 2018, arXiv 1805.12185.
     """
+    check_fit_options(fit_options)
+    clean_x, clean_y = _task_arrays(data)
     qes, base = _as_qes(model)
     if not isinstance(base.blocks[-1].mixer, SwiGLUMixer):
-        raise TypeError("fine_prune needs a SwiGLU mixer in the last block.")
+        raise TypeError("fit_fine_prune needs a SwiGLU mixer in the last block.")
     if not 0 < max_frac <= 1 or not 0 < prune_step <= max_frac:
         raise ValueError(f"need 0 < prune_step <= max_frac <= 1, got {prune_step}, {max_frac}.")
     probe = qes if qes is not None else attach_lora(base, rank=1, alpha=1.0, key=key)
@@ -473,46 +530,49 @@ def fine_prune(
     umask = _update_mask(pruned, rows)
     batches = backdoor_batches(clean_x, clean_y, batch_size)
     if qes is None:
-        opt = optax.chain(
-            lm_optimizer(learning_rate, num_steps, weight_decay=0.0), _masked_updates(umask)
-        )
-        res = fit(_full_loss, pruned, batches, opt, num_steps=num_steps, key=key, progress=False)
+        inner = optimizer or lm_optimizer(learning_rate, num_steps, weight_decay=0.0)
+        loss_fn = _full_loss
     else:
-        opt = optax.chain(
-            adapter_optimizer(pruned, learning_rate, num_steps), _masked_updates(umask)
-        )
-        res = fit(
-            adapter_task_loss, pruned, batches, opt, num_steps=num_steps, key=key, progress=False
-        )
-    return res.model, {"pruned_frac": n / hidden, "ca_before": ca0, "ca_pruned": ca}
+        inner = optimizer or adapter_optimizer(pruned, learning_rate, num_steps)
+        loss_fn = adapter_task_loss
+    opt = optax.chain(inner, _masked_updates(umask))
+    res = fit(loss_fn, pruned, batches, opt, num_steps=num_steps, key=key, **fit_options)
+    return FinePruneResult.extend(res, pruned_frac=n / hidden, ca_before=ca0, ca_pruned=ca)
 
 
-def full_finetune(
+def fit_finetune(
     model: AbstractCausalLM,
-    batches,
+    data: Any,
     *,
-    num_steps: int,
     key: PRNGKeyArray,
+    num_steps: int,
+    optimizer: optax.GradientTransformation | None = None,
+    batch_size: int | None = None,
     learning_rate: float = 1e-3,
-    progress: bool = False,
+    **fit_options: Unpack[FitOptions],
 ) -> FitResult:
     """Baseline B0: fine-tune every weight of ``model`` on the weighted targets (`lm_loss`).
 
-    ``model``: any causal `jaxgen.nn.AbstractCausalLM` (e.g. `jaxgen.nn.Transformer`).
+    Args:
+        model: any causal `jaxgen.nn.AbstractCausalLM` (e.g. `jaxgen.nn.Transformer`).
+        data: a pure sampler of QES dict batches (`backdoor_batches`), or the dict of arrays
+            with ``batch_size`` (`jaxgen.core.as_batches`).
+        key: PRNG key of the run.
+        num_steps: optimiser steps.
+        optimizer: default ``lm_optimizer(learning_rate, num_steps, weight_decay=0)``.
+        batch_size: rows per step when ``data`` are arrays.
+        learning_rate: of the default optimizer.
+        **fit_options: `jaxgen.core.FitOptions`, forwarded to `jaxgen.core.fit`.
+
+    Returns:
+        `jaxgen.core.FitResult`.
     """
+    check_fit_options(fit_options)
     check_module(model, AbstractCausalLM, "model")
-    opt = _cached_full_optimizer(float(learning_rate), int(num_steps))
-    return fit(_full_loss, model, batches, opt, num_steps=num_steps, key=key, progress=progress)
-
-
-def _abl_loss(
-    model: QESTransformer, batch: dict[str, Array], key: PRNGKeyArray
-) -> Float[Array, ""]:
-    del key
-    tokens, weights, _ = _unpack(batch)
-    losses, _ = sample_losses(_frozen(model), tokens, weights)
-    sign = jnp.where(batch["isolated"], -1.0, 1.0).astype(losses.dtype)
-    return _finite(jnp.mean(sign * losses), "abl loss")
+    batches = as_batches(data, batch_size)
+    if optimizer is None:
+        optimizer = _cached_full_optimizer(float(learning_rate), int(num_steps))
+    return fit(_full_loss, model, batches, optimizer, num_steps=num_steps, key=key, **fit_options)
 
 
 @eqx.filter_jit
@@ -520,45 +580,83 @@ def _all_losses(model: QESTransformer, tokens: Array, weights: Array) -> Array:
     return sample_losses(model, tokens, weights)[0]
 
 
-def abl_train(
+class ABLResult(FitResult):
+    """`fit_abl` output: the unlearning phase's `jaxgen.core.FitResult` plus the isolation.
+
+    ``losses`` holds both phases (isolation then unlearning, ``num_steps`` in all).
+
+    Attributes:
+        isolated: bool (n,) flags of the isolated (lowest-loss) training samples.
+    """
+
+    isolated: np.ndarray | None = None
+
+
+def fit_abl(
     model: QESTransformer,
-    x: np.ndarray,
-    y: np.ndarray,
+    data: tuple[np.ndarray, np.ndarray],
     *,
-    num_steps: int,
     key: PRNGKeyArray,
-    isolate_after: int | None = None,
-    isolate_frac: float = 0.01,
+    num_steps: int,
+    optimizer: optax.GradientTransformation | None = None,
     batch_size: int = 64,
     learning_rate: float = 3e-3,
-) -> tuple[QESTransformer, np.ndarray]:
+    isolate_after: int | None = None,
+    isolate_frac: float = 0.01,
+    **fit_options: Unpack[FitOptions],
+) -> ABLResult:
     """Anti-backdoor learning (Li et al. 2021; baseline B5, spec 2.5), on adapters.
 
     Train on everything for ``isolate_after`` steps (default: one epoch, ``n / batch_size``),
     isolate the ``isolate_frac`` lowest-loss samples (poisoned samples are learned fastest),
     then train the remaining steps with gradient ASCENT on the isolated samples and descent on
-    the rest (``mean_i s_i l_i``, ``s_i = -1`` isolated, else 1).
+    the rest (``mean_i s_i l_i``, ``s_i = -1`` isolated, else 1: `adapter_task_loss`).
+
+    Args:
+        model: `attach_lora` / `attach_qes` output.
+        data: the (possibly poisoned) training arrays ``(x, y)`` (arrays only: every sample's
+            loss is evaluated to isolate some).
+        key: PRNG key of the run.
+        num_steps: optimiser steps of both phases together.
+        optimizer: default `adapter_optimizer` at ``learning_rate`` (a fresh schedule per
+            phase); a given one is used for both phases.
+        batch_size: rows per step.
+        learning_rate: of the default optimizer.
+        isolate_after, isolate_frac: the isolation phase.
+        **fit_options: `jaxgen.core.FitOptions`, forwarded to both `jaxgen.core.fit` runs
+            (a ``checkpoint_dir`` gets one sub-directory per phase, ``isolate`` and
+            ``unlearn``; callback steps count within each phase).
 
     Returns:
-        The model and the bool (n,) isolated flags.
+        `ABLResult`: the second run's fields (``losses`` of both runs) and ``isolated``.
 
     References:
         Li et al., "Anti-Backdoor Learning", NeurIPS 2021, arXiv 2110.11571.
     """
+    check_fit_options(fit_options)
+    x, y = _task_arrays(data)
     n = len(x)
     if not 0 < isolate_frac < 1:
         raise ValueError(f"isolate_frac must be in (0, 1), got {isolate_frac}.")
     first = max(1, n // batch_size) if isolate_after is None else isolate_after
     if not 0 < first < num_steps:
         raise ValueError(f"isolate_after must be in (0, num_steps), got {first}.")
+    ckpt = fit_options.pop("checkpoint_dir", None)
+
+    def phase(name: str) -> dict[str, Any]:
+        return {**fit_options, "checkpoint_dir": None if ckpt is None else f"{ckpt}/{name}"}
+
     k1, k2 = jr.split(key)
-    model = train_qes(
+    warm = fit_qes(
         model,
         backdoor_batches(x, y, batch_size),
         num_steps=first,
         key=k1,
+        optimizer=optimizer,
         learning_rate=learning_rate,
-    ).model
+        **phase("isolate"),
+    )
+    model = warm.model
     tokens, weights = lm_tokens(x, y)
     losses = np.concatenate(
         [
@@ -570,8 +668,15 @@ def abl_train(
     isolated[np.argsort(losses, kind="stable")[: max(1, int(round(isolate_frac * n)))]] = True
     data = {"tokens": tokens, "weights": weights, "isolated": jnp.asarray(isolated)}
     rest = num_steps - first
-    opt = adapter_optimizer(model, learning_rate, rest)
+    opt = optimizer or adapter_optimizer(model, learning_rate, rest)
     res = fit(
-        _abl_loss, model, minibatches(data, batch_size), opt, num_steps=rest, key=k2, progress=False
+        adapter_task_loss,
+        model,
+        minibatches(data, batch_size),
+        opt,
+        num_steps=rest,
+        key=k2,
+        **phase("unlearn"),
     )
-    return res.model, isolated
+    res = dataclasses.replace(res, losses=np.concatenate([warm.losses, res.losses]))
+    return ABLResult.extend(res, isolated=isolated)
