@@ -381,6 +381,15 @@ class FitResult(eqx.Module):
     evaluations: tuple[tuple[int, dict[str, Any]], ...] = ()
     nonfinite_steps: tuple[int, ...] = ()
 
+    @classmethod
+    def extend(cls, result: "FitResult", **extras: Any) -> Any:
+        """``result`` as a ``cls``: its `FitResult` fields (``model`` overridable) + ``extras``.
+
+        A trainer returning a subclass ends with ``MyResult.extend(fit(...), extra=...)``.
+        """
+        fields = {f.name: getattr(result, f.name) for f in dataclasses.fields(FitResult)}
+        return cls(**{**fields, **extras})
+
 
 class NonFiniteError(FloatingPointError):
     """`fit` met a non-finite loss or gradient (``on_nonfinite="raise"``).
@@ -415,15 +424,6 @@ class NonFiniteError(FloatingPointError):
             f"last finite loss: {last}; {where}. Lower the learning rate or check the data and "
             'the loss; `on_nonfinite="skip_step"` drops such steps and trains on.'
         )
-
-    @classmethod
-    def extend(cls, result: "FitResult", **extras: Any) -> Any:
-        """``result`` as a ``cls``: its `FitResult` fields (``model`` overridable) + ``extras``.
-
-        A trainer returning a subclass ends with ``MyResult.extend(fit(...), extra=...)``.
-        """
-        fields = {f.name: getattr(result, f.name) for f in dataclasses.fields(FitResult)}
-        return cls(**{**fields, **extras})
 
 
 class FitOptions(TypedDict, total=False):
