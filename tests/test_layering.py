@@ -1,4 +1,4 @@
-"""Families import each other only along the edges of STYLE.md section 3."""
+"""Families import each other only along the layering edges of the package (the table below)."""
 
 import ast
 import pathlib
@@ -87,7 +87,7 @@ FAMILIES = sorted(p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.st
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_family_imports_follow_the_layering(family):
-    assert family in ALLOWED, f"jaxgen/{family} is not a family of STYLE.md section 3"
+    assert family in ALLOWED, f"jaxgen/{family} is not a family of the layering table"
     bad = {}
     for path in (ROOT / family).rglob("*.py"):
         extra = imported_families(path, family) - ALLOWED[family]

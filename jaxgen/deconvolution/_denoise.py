@@ -1,7 +1,7 @@
 r"""Empirical-Bayes denoisers: posterior means E[Z | X = x] under a fitted prior.
 
 $\hat z(x) = \int z\, q(z) f_\varepsilon(x - z)\,dz / \int q(z) f_\varepsilon(x - z)\,dz$
-(spec 2.5), each observation with its own noise scale.
+for each observation with its own noise scale.
 """
 
 import math
@@ -102,7 +102,7 @@ def posterior_mean_snis(
 ) -> tuple[Float[Array, "n dim"], Float[Array, "n dim"]]:
     r"""Posterior means by self-normalised importance sampling with a defensive mixture.
 
-    Per observation x (spec 2.5): pilot draws from $r = \tfrac12 q + \tfrac12 \ell_x$, where
+    Per observation x: pilot draws from $r = \tfrac12 q + \tfrac12 \ell_x$, where
     $\ell_x(z) = f_\varepsilon(x - z)$ is the likelihood as a density in z (sampled as
     x - eps); their weighted mean m and diagonal variance v give bridge Gaussians
     a = N(m, v) and a_wide = N(m, 4v). The final ``num_samples`` draws come from

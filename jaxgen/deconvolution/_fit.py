@@ -130,7 +130,7 @@ def fit_convmmd(
     clip_norm: float = 5.0,
     **fit_options: Unpack[FitOptions],
 ) -> ConvMMDResult:
-    """Fit ``prior`` to noisy observations by minimising the convMMD loss (spec 2.2-2.4).
+    """Fit ``prior`` to noisy observations by minimising the convMMD loss.
 
     Each step draws ``batch_size`` rows (x_i, scales_i) jointly (`jaxgen.core.minibatches`),
     simulates as many noisy model draws with those scales and takes one AdamW step (linear

@@ -162,7 +162,7 @@ def convmmd_loss_gmm_marginal(
     kernel: str = "gaussian",
     key: PRNGKeyArray,
 ) -> Float[Array, ""]:
-    r"""ConvMMD loss of a Gaussian mixture with the component labels marginalised (spec 2.3a).
+    r"""ConvMMD loss of a Gaussian mixture with the component labels marginalised.
 
     With $s_{jk} = \mu_k + L_k u_j + \varepsilon_j$ for every draw j and component k,
     the model-model term is $\sum_{j\ne j'}\sum_{k,k'} w_k w_{k'} k(s_{jk}, s_{j'k'})/(m(m-1))$
@@ -215,7 +215,7 @@ def convmmd_loss_gmm_closed(
 
     Draw j is distributed as $\sum_k w_k N(\mu_k, S_k + \Sigma_j)$ (its noise has observation
     j's covariance). With $g_h(\delta, V) = \det(I + V/h^2)^{-1/2}\exp(-\tfrac12\delta^\top
-    (h^2 I + V)^{-1}\delta)$ (= E exp(-||D||²/2h²), D ~ N(δ, V)), spec 2.3b:
+    (h^2 I + V)^{-1}\delta)$ (= E exp(-||D||²/2h²), D ~ N(δ, V)),:
 
     - model-model: $\frac{1}{b(b-1)}\sum_{j\ne j'}\sum_{k,k'} w_k w_{k'}
       g_h(\mu_k - \mu_{k'}, S_k + S_{k'} + \Sigma_j + \Sigma_{j'})$;

@@ -165,7 +165,7 @@ def estimate_hyperparameters(
     the l-inf weight is :math:`\lambda_2 = \lambda_0/\hat M`
     with :math:`\hat M` the median of :math:`\|r_k\|_\infty` over active rows (the convex envelope
     of the row count on a box). This model is a reconstruction (the paper's text could not be
-    retrieved; see specs/padl_dictionary.md).
+    retrieved).
 
     Noise level: :math:`\hat\sigma^2_{\mathrm{fit}} = \mathrm{RSS}/\mathrm{dof}` identifies a
     noise level only where the data have one (planted problems: within a factor ~3 of the true

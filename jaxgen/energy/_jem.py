@@ -176,7 +176,7 @@ def init_replay_buffer(
 
 
 class JEMConfig(NamedTuple):
-    """The mixing coefficient and the SGLD / buffer / data settings (spec 2.4 defaults).
+    """The mixing coefficient and the SGLD / buffer / data settings.
 
     Attributes:
         mix: lambda >= 0 (additive) or alpha in [0, 1] (convex); 0 is plain cross-entropy.

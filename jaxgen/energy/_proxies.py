@@ -1,4 +1,4 @@
-"""Model-only proxies of three human-alignment probes (spec 2.6). They are NOT alignment scores:
+"""Model-only proxies of three human-alignment probes. They are NOT alignment scores:
 the paper's benchmarks need human psychophysics that no offline package ships.
 """
 

@@ -65,7 +65,7 @@ class TransitionFlow(eqx.Module):
     state space exactly) and S a smooth (C^infinity) bijection: for dim = 1 the monotone tanh
     map (`jaxgen.flows.ConditionalMonotoneTanh`), for dim >= 2 ``num_blocks`` blocks of
     [elementwise monotone map -> affine coupling -> coordinate reversal]
-    (`jaxgen.flows.ConditionalSmoothCouplingFlow`; spec 2.4 item 4: 2 blocks for Heston).
+    (`jaxgen.flows.ConditionalSmoothCouplingFlow`; 2 blocks for Heston).
     The conditioners see the features f(c) of
     c = (x0, lam) scaled to [-1, 1] by the training box (log scale for positive entries);
     coordinates in which the model is translation invariant (``model.shift_invariant``, e.g.

@@ -76,7 +76,7 @@ def heston_condition_sampler(
 ) -> tuple[ConditionSampler, Float[Array, " 7"], Float[Array, " 7"]]:
     r"""Training law pi_C of c = (x0 = (s0, v0), lam = (mu, kappa, theta, xi, rho)) for Heston.
 
-    (kappa, theta, xi = sqrt(2 kappa theta / nu), v0) as `cir_condition_sampler` (spec 2.7),
+    (kappa, theta, xi = sqrt(2 kappa theta / nu), v0) as `cir_condition_sampler`,
     mu ~ U(mu), rho ~ U(rho), s0 = 0 (the law of s_t - s0 does not depend on s0, and
     `TransitionFlow` does not feed s0 to its conditioners).
 

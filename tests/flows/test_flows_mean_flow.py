@@ -72,7 +72,7 @@ def test_closed_form_matches_textbook_isc_and_boundary(triples):
     for (r, s, t), z in zip(times, zs, strict=True):
         u = np.asarray(gav(z, r, t, MU, S))
         np.testing.assert_allclose(u, u_numpy(z, r, t, MU, S), rtol=1e-9, atol=1e-10)
-        # ISC (spec 2.3): (t - r) u(z_t, r, t) = (s - r) u(z_s, r, s) + (t - s) u(z_t, s, t)
+        # ISC: (t - r) u(z_t, r, t) = (s - r) u(z_s, r, s) + (t - s) u(z_t, s, t)
         u_st = np.asarray(gav(z, s, t, MU, S))
         z_s = z - (t - s) * u_st
         rhs = (s - r) * np.asarray(gav(z_s, r, s, MU, S)) + (t - s) * u_st

@@ -208,7 +208,7 @@ def test_f7_parameter_counts(getkey):
 
 
 def np_gated_cf(m, x):
-    """float64 numpy GatedCF forward (spec 2.3) with the ladder of the layer's division."""
+    """float64 numpy GatedCF forward with the ladder of the layer's division."""
     w, b, c = (np.asarray(t, np.float64) for t in (m.w, m.b, m.c))
     u = np.asarray(m.w_value) @ x
     g = np.asarray(m.w_gate) @ x

@@ -1,4 +1,4 @@
-"""The Heston transition flow: smooth coupling flow in (s, log v) (spec 2.4 item 4)."""
+"""The Heston transition flow: smooth coupling flow in (s, log v)."""
 
 import equinox as eqx
 import jax

@@ -1,7 +1,7 @@
-"""QES spec checks Q8 (attack sanity, 3 seeds) and Q9 (QES target), T1/A1 at rho = 0.05.
+"""QES checks Q8 (attack sanity, 3 seeds) and Q9 (QES target), T1/A1 at rho = 0.05.
 
 Slow: a base pretrained on the generic tasks, then LoRA / full fine-tuning / QES runs at the
-benchmark's quick sizes (spec 5a cut for CPU). Thresholds are the spec's.
+benchmark's quick sizes (cut for CPU).
 """
 
 import equinox as eqx

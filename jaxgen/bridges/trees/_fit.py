@@ -104,7 +104,7 @@ def stratified_leaf_batches(topo: TreeTopology, batch_size: int):
     `leaf_batches`, so `path_loss` stays unbiased; but a subtree with ``n_L(v)`` leaves now holds
     ``floor`` or ``ceil`` of ``n_L(v) / s`` of them instead of a hypergeometric number, so the
     inner edges' weights ``N_L / n_L(v)`` are (nearly) not random and only the edges near the
-    leaves add sampling variance (the stratification of spec 2.7).
+    leaves add sampling variance (stratification).
 
     Raises:
         ValueError: if ``batch_size`` is not an int in ``[1, N_L]``.

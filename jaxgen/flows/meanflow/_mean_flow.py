@@ -6,13 +6,13 @@ $v(z, t, c) = E[\varepsilon - x \mid z_t = z, c]$; the probability-flow ODE $dz/
 t = 1 down to 0. (`NoiseAtOneVelocity` turns a field trained in the library's t = 0-noise
 convention into this one.)
 
-The average velocity over $[r, t]$ along the ODE solution through $z_t$ (spec 2.2),
+The average velocity over $[r, t]$ along the ODE solution through $z_t$,
 
 $$u(z_t, r, t, c) = \frac{1}{t - r} \int_r^t v(z_\tau, \tau, c)\, d\tau, \qquad
 z_r = z_t - (t - r)\, u(z_t, r, t, c), \qquad u(z, t, t, c) = v(z, t, c),$$
 
 turns a jump of any length into one network call: $\hat x = \varepsilon - u(\varepsilon, 0, 1, c)$.
-Additivity of the integral gives Interval Splitting Consistency (ISC, spec 2.3): for
+Additivity of the integral gives Interval Splitting Consistency (ISC): for
 $s = (1 - \lambda) t + \lambda r$,
 
 $$u(z_t, r, t) = (1 - \lambda)\, u(z_s, r, s) + \lambda\, u(z_t, s, t), \qquad
@@ -68,7 +68,7 @@ class AbstractTimeEmbeddedVelocity(AbstractVelocityField):
     """A velocity field that reads time only through an embedding ``h = embed_time(t)``.
 
     ``v(t, z, c) = velocity_from_embedding(embed_time(t), z, c)``. This split is what lets
-    `IntervalConditionedNet` add an interval branch to the time embedding (spec 2.5).
+    `IntervalConditionedNet` add an interval branch to the time embedding.
     """
 
     emb_dim: eqx.AbstractVar[int]
@@ -142,7 +142,7 @@ class NoiseAtOneVelocity(AbstractTimeEmbeddedVelocity):
 
 
 class IntervalConditionedNet(AbstractAverageVelocity):
-    r"""$u_\theta(z, r, t, c) = v_{\mathrm{backbone}}(h(t) + g([e(r), e(t)]), z, c)$ (spec 2.5).
+    r"""$u_\theta(z, r, t, c) = v_{\mathrm{backbone}}(h(t) + g([e(r), e(t)]), z, c)$.
 
     The backbone is a time-embedded velocity field (its own embedding $h$); the interval branch
     $g$ maps the sinusoidal embeddings of $r$ and $t$ through Linear, SiLU, Linear, and its
@@ -220,7 +220,7 @@ class IntervalConditionedNet(AbstractAverageVelocity):
 
 
 # --------------------------------------------------------------------------------------------
-# Closed form (spec 2.2)
+# Closed form
 # --------------------------------------------------------------------------------------------
 
 
@@ -241,7 +241,7 @@ def gaussian_average_velocity(
     mu: ArrayLike,
     s: ArrayLike,
 ) -> Float[Array, "*shape"]:
-    r"""Exact average velocity for data $x \mid c \sim N(\mu, \mathrm{diag}\, s^2)$ (spec 2.2).
+    r"""Exact average velocity for data $x \mid c \sim N(\mu, \mathrm{diag}\, s^2)$.
 
     With $m_\tau = (1 - \tau)\mu$ and $\sigma_\tau^2 = (1 - \tau)^2 s^2 + \tau^2$ the flow map is
     $z_r = m_r + (\sigma_r / \sigma_t)(z - m_t)$, so
@@ -336,7 +336,7 @@ def isc_target(
 ) -> Float[Array, "*shape"]:
     r"""The ISC target $(1 - \lambda)\, u(z_s, r, s) + \lambda\, u(z_t, s, t)$ of one sample.
 
-    Here $z_s = z_t - (t - s) u(z_t, s, t)$ and $\lambda = (t - s)/(t - r)$ (spec 2.3). For
+    Here $z_s = z_t - (t - s) u(z_t, s, t)$ and $\lambda = (t - s)/(t - r)$. For
     the exact $u$ this equals $u(z_t, r, t)$ (ISC); at $s = t$ or $s = r$ it equals the model's
     own $u(z_t, r, t)$. One sample; no stop-gradient (`splitmeanflow_loss` wraps the whole
     target in one).
@@ -452,11 +452,11 @@ def splitmeanflow_loss(
 
     For a batch of pairs $(x, c)$, $\varepsilon \sim N(0, I)$, $z_t = (1 - t)x + t\varepsilon$:
 
-    - the first ``round(flow_ratio * B)`` samples take the **boundary** step (spec 2.5, step 1):
+    - the first ``round(flow_ratio * B)`` samples take the **boundary** step:
       $\|u_\theta(z_t, t, t, c) - \mathrm{sg}\, v^w_\phi(z_t, t, c)\|^2$, with the teacher
       under classifier-free guidance of scale ``cfg_scale``
       ($v^w = v + w(v - v_{\varnothing})$, the null condition being zeros);
-    - the others take the **ISC** step (spec 2.3, step 2): $r < t$ the min/max of two draws,
+    - the others take the **ISC** step: $r < t$ the min/max of two draws,
       $\lambda \sim U(\text{lambda\_range})$, $s = (1 - \lambda)t + \lambda r$ and
       $\|u_\theta(z_t, r, t, c) - \mathrm{sg}[(1 - \lambda) u_\theta(z_s, r, s, c)
       + \lambda u_\theta(z_t, s, t, c)]\|^2$, the whole target under `lax.stop_gradient`.
@@ -483,7 +483,7 @@ def splitmeanflow_loss(
             interval $(r, t) = (0, 1)$ itself (so $z_t = \varepsilon$) instead of a draw. The
             paper's recipe is 0 (the default): with min/max draws the corner $(0, 1)$ that
             one-step sampling queries has vanishing density and is reached only by
-            extrapolation (spec 5a ablation: 0.25 cuts the one-step digits-FD gap to the
+            extrapolation (0.25 cuts the one-step digits-FD gap to the
             Euler-50 teacher from 1.6x to 1.1x).
         target_model: the model that computes the ISC target (default: ``student`` itself;
             e.g. an EMA copy). The target is under stop-gradient either way, so the gradient
@@ -590,7 +590,7 @@ def meanflow_loss(
     drawn like `splitmeanflow_loss`. Each sample's squared error $\Delta$ is weighted by
     $\mathrm{sg}[(\Delta + c)^{-p}]$, the paper's adaptive loss weighting (p = 1 is its default;
     p = 0 is the plain squared error): without it the JVP target makes training unstable.
-    Distilling a teacher-initialised student (spec 5a digits and the affine toy), p = 0
+    Distilling a teacher-initialised student, p = 0
     diverges (the target's $\partial_t u$ term is ~4x $|v|$ at init and feeds back), p = 1
     flattens every sample's loss to ~1 and stalls, and p = 0.5 (also in the paper's sweep, a
     unit-norm gradient per sample) trains.
@@ -697,7 +697,7 @@ def sample_average_velocity(
     z1: Float[Array | np.ndarray, "*shape"] | None = None,
 ) -> Float[Array, "*shape"]:
     r"""One sample by jumps $z_{\tau_{k+1}} = z_{\tau_k} - (\tau_k - \tau_{k+1}) u(z_{\tau_k},
-    \tau_{k+1}, \tau_k, c)$ along ``ts`` (spec 2.2).
+    \tau_{k+1}, \tau_k, c)$ along ``ts``.
 
     ``ts = (1, 0)`` is one step ($\hat x = \varepsilon - u(\varepsilon, 0, 1, c)$);
     `cosine_time_grid` gives the released code's K-step grid. The start is $z_1 \sim N(0, I)$,

@@ -6,7 +6,7 @@ handled as flat vectors of ``H * W * C`` entries in ``(H, W, C)`` order, so ever
 `AbstractVelocityField` of ``dim = H W C`` that drops into `flow_matching_loss`, the mean-flow
 losses and `jaxgen.core.solve_ode`; the condition $c$ is the upsampled LR image, flattened alike.
 
-Stages (spec 2.4-2.6), each a loss for `jaxgen.core.fit`:
+Stages, each a loss for `jaxgen.core.fit`:
 
 0. teacher: `flow_matching_loss` (``x0`` = noise, ``x1`` = HR, ``cond`` = c, logit-normal
    times, 10% condition dropout) on an `SRVelocityNet` $f$; the teacher is
@@ -16,7 +16,7 @@ Stages (spec 2.4-2.6), each a loss for `jaxgen.core.fit`:
 2. GAN refinement: `gan_refine_loss` on the triple (student, `FeatureDiscriminator`, fake
    score) with one optimiser per player (`gan_optimizer`, an ``optax.multi_transform``).
 
-Offline substitutes (spec 2.7): the DINOv3 discriminator backbone is replaced by the frozen
+Offline substitutes: the DINOv3 discriminator backbone is replaced by the frozen
 teacher's own hidden features at noise level $\tau_D = 0.1$ (`FrozenFeatures`), LPIPS by
 `feature_matching_loss` in that feature space.
 
@@ -124,9 +124,9 @@ class SRVelocityNet(AbstractSRVelocityField):
     The time goes through a sinusoidal embedding of $1000 t$ and a two-layer SiLU MLP
     (``emb_dim`` outputs); `IntervalConditionedNet` adds its interval branch there.
 
-    - ``kind="mlp"`` (digits 8x8, spec 5a): an MLP on ``concat(z, c, emb)`` with ``depth``
+    - ``kind="mlp"`` (digits 8x8): an MLP on ``concat(z, c, emb)`` with ``depth``
       hidden layers of ``width`` units, SiLU.
-    - ``kind="unet"`` (natural patches, spec 5b): a two-level conv U-Net on the channel
+    - ``kind="unet"`` (natural patches): a two-level conv U-Net on the channel
       concatenation of $z$ and $c$ (H and W even), time injected as a per-block channel bias.
 
     Convention-free: trained by `flow_matching_loss` it is a t = 0-noise field; wrap it in
@@ -243,7 +243,7 @@ class FrozenFeatures(eqx.Module):
 
     $F(x, c) = $ hidden activations of the teacher network at $z = (1 - \tau_D) x + \tau_D
     \varepsilon$ (t = 1-noise time $\tau_D$; $\varepsilon = 0$ unless ``noise`` is given), the
-    offline substitute of DINOv3 (spec 2.7, LADD-style). The weights are under
+    offline substitute of DINOv3 (LADD-style). The weights are under
     `lax.stop_gradient` (never trained, weight decay cannot reach them when the module is kept
     out of the trained pytree); gradients still flow to the input image.
     """
@@ -277,7 +277,7 @@ def _positions(feat: Array) -> Array:
 
 
 class FeatureDiscriminator(eqx.Module):
-    r"""$D(x, c) = \sum_j h_j(F_j(x), c)$: small trainable heads on frozen features (spec 2.6).
+    r"""$D(x, c) = \sum_j h_j(F_j(x), c)$: small trainable heads on frozen features.
 
     Head $j$: a 1x1 conv (a Linear per position) with SiLU to ``width`` channels, mean over
     positions to $g_j$, then $w_j^\top g_j + b_j + \langle P_j c, g_j \rangle$ (projection
@@ -326,7 +326,7 @@ class FeatureDiscriminator(eqx.Module):
 
 
 # --------------------------------------------------------------------------------------------
-# Losses of the GAN stage (spec 2.6)
+# Losses of the GAN stage
 # --------------------------------------------------------------------------------------------
 
 
@@ -425,7 +425,7 @@ def fake_score_loss(
 def feature_matching_loss(
     features: FrozenFeatures, g_out: Float[Array, "B dim"], x: Float[Array, "B dim"], cond: Any
 ) -> Float[Array, ""]:
-    r"""LPIPS substitute: $\mathrm{mean}_j \|F_j(G)/\|F_j(G)\| - F_j(x)/\|F_j(x)\|\|^2$ (spec 2.7).
+    r"""LPIPS substitute: $\mathrm{mean}_j \|F_j(G)/\|F_j(G)\| - F_j(x)/\|F_j(x)\|\|^2$.
 
     Each feature map is normalised per position over its channels; the squared distance is
     averaged over positions, summed over maps $j$ and averaged over the batch.
@@ -475,7 +475,7 @@ def gan_refine_loss(
     r"""One GAN-refinement loss for the triple (student $\theta$, discriminator, fake $\psi$).
 
     $L = L_G(\theta; \mathrm{sg}\,D, \mathrm{sg}\,\psi) + L_D(D; \mathrm{sg}\,G) +
-    L_{\mathrm{fake}}(\psi; \mathrm{sg}\,G)$ with (spec 2.6)
+    L_{\mathrm{fake}}(\psi; \mathrm{sg}\,G)$ with
     $L_G = \lambda_2 \|G - x\|^2 + \lambda_p L_{\mathrm{feat}}(G, x) - \lambda_{adv} E\,D(G, c) +
     \lambda_{vsd} L_{VSD}$, $G = \varepsilon - u_\theta(\varepsilon, 0, 1, c)$, $L_D$ the hinge loss
     and $L_{\mathrm{fake}}$ = `fake_score_loss`. Each player's gradient is exactly that of its
@@ -591,7 +591,7 @@ def sample_velocity_euler(
 
     Integrated with `jaxgen.core.solve_ode` in the reversed time $s = 1 - t$
     ($dz/ds = -v(1 - s, z, c)$, $z_{s=0} = \varepsilon$), which is Euler on $v$ downwards on the
-    same uniform grid (teacher Euler 1/4/50 of spec 5a).
+    same uniform grid (teacher Euler 1/4/50).
     """
     _positive("steps", steps)
     z0 = jr.normal(key, (dim,))

@@ -107,7 +107,7 @@ def _kernel(s: Array, t: Array) -> tuple[Array, Array]:
 def forward_trajectory(
     key: PRNGKeyArray, x0: Float[Array, "..."], ts: Float[ArrayLike, " T1"]
 ) -> Float[Array, "T1 ..."]:
-    r"""Sample the forward chain $x_{t_0}, \dots, x_{t_T}$ from clean data $x_0$ (spec 2.1).
+    r"""Sample the forward chain $x_{t_0}, \dots, x_{t_T}$ from clean data $x_0$.
 
     $x_{t_0} = (1 - t_0) x_0 + t_0 \varepsilon_0$, then
     $x_{t_{k+1}} = \alpha_{t_k, t_{k+1}} x_{t_k} + \sigma_{t_k, t_{k+1}} \varepsilon_k$; every
@@ -211,7 +211,7 @@ def gaussian_cfg(
     r"""Classifier-free guidance of diagonal Gaussians: the Gaussian $\propto p_c^{1+w} / p_u^w$.
 
     With $s = \mathrm{clip}(\sigma_c^2 / \sigma_u^2, 0, 1)$ (elementwise; clipping keeps the
-    precision positive, spec 2.6):
+    precision positive):
 
     $$\sigma = \frac{\sigma_c}{\sqrt{1 + w - w s}}, \qquad
     \mu = \frac{(1 + w) \mu_c - w s \mu_u}{1 + w - w s}.$$

@@ -357,7 +357,7 @@ def mean_alignment_loss(
     ts: Float[ArrayLike, " T1"],
     y: Int[ArrayLike, ""] | None = None,
 ) -> Float[Array, ""]:
-    r"""Finetuning regulariser $\sum_k \|\mu_P^{(k)} - \mu_{FM}^{(k)}\|^2$ (spec 2.8).
+    r"""Finetuning regulariser $\sum_k \|\mu_P^{(k)} - \mu_{FM}^{(k)}\|^2$.
 
     $\mu_P^{(k)}$ is the predictor's mean from $u_{t_k} = f_T(x_{t_k}, t_k)$;
     $\mu_{FM}^{(k)} = A x_{t_k} + B \hat x_0$ is the Gaussian-posterior mean of the frozen
@@ -531,9 +531,9 @@ def ntm_elbo(
     y: Int[ArrayLike, ""] | None = None,
     num_samples: int = 1,
 ) -> Float[Array, ""]:
-    r"""Lower bound on $\log p(x_{t_0})$ in nats (spec 2.10), importance-weighted over K paths.
+    r"""Lower bound on $\log p(x_{t_0})$ in nats, importance-weighted over K paths.
 
-    Paths continue from the given $x_{t_0}$ with the forward kernels of spec 2.1 (they do not
+    Paths continue from the given $x_{t_0}$ with the forward kernels (they do not
     depend on $x_0$): $w = \log p(x_{t_0:t_T}) - \sum_k \log q(x_{t_{k+1}} \mid x_{t_k})$ and the
     bound is $\log \frac1K \sum_i e^{w_i}$ (the ELBO for $K = 1$; tighter as $K$ grows).
 

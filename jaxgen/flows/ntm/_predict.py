@@ -2,7 +2,7 @@ r"""NTM predictors: a diagonal Gaussian $p_P(u_s \mid u_t, y) = N(\mu_P, \sigma_
 
 A predictor reads the latent $u_t$ of the noisier level $t$, the target level $s < t$, the number
 of steps $T$ of the trajectory and an optional class $y$, and returns ``(mu, log_sigma)`` of the
-latent $u_s$, both of shape ``(L, c)`` (spec 2.2, 2.4). Time convention: t = 1 is noise.
+latent $u_s$, both of shape ``(L, c)``. Time convention: t = 1 is noise.
 
 **(choice)** `MLPPredictor` and `TransformerPredictor` are parametrised around the Gaussian
 posterior of Prop. 2: the network outputs a clean-data guess $\hat u_0$ and a log-scale residual
@@ -260,7 +260,7 @@ def velocity_to_x0(field: AbstractVelocityField, u_t: Array, t: Array, args: Any
 
     jaxgen's velocity fields run from noise at $\tau = 0$ to data at $\tau = 1$
     ($X_\tau = (1 - \tau) \varepsilon + \tau x_0$), so $\tau = 1 - t$ and
-    $\hat x_0 = u_t + t\, v(1 - t, u_t)$ (spec 2.8: $\hat u_0 = u_t - t v_{NTM}$, $v_{NTM} = -v$).
+    $\hat x_0 = u_t + t\, v(1 - t, u_t)$ ($\hat u_0 = u_t - t v_{NTM}$, $v_{NTM} = -v$).
     """
     flat = u_t.reshape(-1)
     v = field(1 - t, flat, args)
@@ -268,7 +268,7 @@ def velocity_to_x0(field: AbstractVelocityField, u_t: Array, t: Array, args: Any
 
 
 class PosteriorResidualPredictor(AbstractGaussianPredictor):
-    r"""Finetuning predictor around a pretrained flow-matching field (spec 2.8).
+    r"""Finetuning predictor around a pretrained flow-matching field.
 
     $\mu_P = A u_t + B \hat u_0$ with $\hat u_0 = u_t + t\, v(1 - t, u_t)$ from the ``backbone``
     (a jaxgen velocity field on the flattened state, noise at its $\tau = 0$: see

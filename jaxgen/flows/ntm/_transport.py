@@ -2,11 +2,11 @@ r"""NTM transporters: invertible, time-conditioned maps $u = f_T(x, t)$ of one s
 
 A transporter maps a state of $L$ tokens with $c$ channels to a latent of the same shape, with a
 tractable log-determinant. NTM uses one transporter, shared by every level of a trajectory, and
-only its Jacobian at the *target* level enters a step's density (spec 2.2). Time convention:
+only its Jacobian at the *target* level enters a step's density. Time convention:
 t = 1 is noise (see `ntm_schedule`); at $t \geq 1 - 10^{-6}$ a transporter is the identity.
 
 `TarFlowTransporter` stacks shallow TarFlow blocks (Zhai et al. 2024): block $\ell$ reads the
-tokens in raster or reversed order and applies the affine autoregressive map (spec 2.3)
+tokens in raster or reversed order and applies the affine autoregressive map
 
 $$z_n = (x_n - \mu_\ell(x_{<n}, t, T)) / \sigma_\ell(x_{<n}, t, T), \qquad
 \log |\det \partial z / \partial x| = -\textstyle\sum_{n, c} \log \sigma_\ell,$$

@@ -3,7 +3,7 @@
 * `LinearSelfAttention`: ``(1/n) sum_h (Z W_Q^h)(Z_c W_K^h)^T (Z_c W_V^h) W_O^h`` with keys and
   values restricted to the context tokens (no softmax; cost linear in n).
 * `TwoStageConstruction`: a fixed network of kernel heads that reproduces the local-linear
-  estimator with a local-PCA tangent (spec 2.4): one head returns raw kernel moments, Stage 1
+  estimator with a local-PCA tangent: one head returns raw kernel moments, Stage 1
   turns them into the tangent projector by a Newton-Schulz sign iteration, Stage 2 solves the
   reduced local-linear problem by a Schur complement.
 * `LinearAttentionICL` and `SoftmaxICL`: trainable models on the tokens ``[psi(x_i); y_i; 0]``
@@ -125,7 +125,7 @@ class TwoStageConstruction(AbstractICLRegressor):
 
     A kernel head ``out(q) = sum_i <psi(q), psi(x_i)> v_i`` with token values
     ``v_i = [1, x_i, vec(x_i x_i^T), y_i, y_i x_i]`` returns the raw moments
-    ``S0, S1, S2, T0, T1`` (spec 2.4). ``psi`` is the Gaussian kernel itself (``"exact"``, the
+    ``S0, S1, S2, T0, T1``. ``psi`` is the Gaussian kernel itself (``"exact"``, the
     M -> infinity limit; evaluated relative to the nearest context point, a factor that cancels
     in every ratio below) or random Fourier features ``sqrt(2/M) cos(Omega x + b)``,
     ``Omega ~ N(0, h^-2 I)`` (``"rff"``).
@@ -142,7 +142,7 @@ class TwoStageConstruction(AbstractICLRegressor):
     With ``atlas=(U (J, D, d), c (J, D))`` Stage 2 runs in the chart ``argmax_j |Pi U_j|_F``
     (the all-chart variant) with ``Pi`` replaced by ``U_j U_j^T``.
 
-    RFF pitfall (spec 6): the estimate of S0 can be near zero or negative; it is clamped from
+    RFF pitfall: the estimate of S0 can be near zero or negative; it is clamped from
     below by ``1e-3 n`` times the median kernel value.
     """
 
@@ -366,7 +366,7 @@ class _FourierTokenICL(AbstractICLRegressor):
 
 
 class LinearAttentionICL(_FourierTokenICL):
-    """Trainable linear-attention in-context regressor (spec 2.5).
+    """Trainable linear-attention in-context regressor.
 
     Tokens ``[psi(x_i); y_i; 0]`` (context) and ``[psi(x_q); 0; 1]`` (queries), ``psi`` a
     learnable Fourier lift of width ``2 num_frequencies``, embedded to ``dim``. ``num_layers``

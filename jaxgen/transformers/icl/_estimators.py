@@ -95,7 +95,7 @@ def local_pca_tangent(
     d: int,
     mask: Bool[Array, " n"] | None = None,
 ) -> Float[Array, "D d"]:
-    """Top-d eigenvectors of the Gaussian-weighted local covariance at ``x0`` (spec 2.3).
+    """Top-d eigenvectors of the Gaussian-weighted local covariance at ``x0``.
 
     ``C = sum_i v_i (x_i - mu)(x_i - mu)^T / sum_i v_i``, ``mu = sum_i v_i x_i / sum_i v_i``,
     ``v_i`` Gaussian weights at bandwidth ``h_pca``. Returns an orthonormal ``U (D, d)``
@@ -129,7 +129,7 @@ def local_poly_predict(
     ridge: float = 1e-8,
     mask: Bool[Array, " n"] | None = None,
 ) -> Float[Array, ""]:
-    """Tangent local-polynomial estimate ``theta_0`` at ``x0`` (spec 2.3).
+    """Tangent local-polynomial estimate ``theta_0`` at ``x0``.
 
     ``u_i = U^T (x_i - x0) / h`` (tangent coordinates, scaled for conditioning), weights
     ``w_i = exp(-|x_i - x0|^2 / (2 h^2))`` from ambient distances, features all monomials of
@@ -276,7 +276,7 @@ def _bayes_checks(task: ICLTask, beta: float, J: int, sigma: float) -> None:
 def bayes_predict(
     task: ICLTask, *, beta: float, J: int, amplitude: float = 1.0, sigma: float
 ) -> Float[Array, " Q"]:
-    """Exact Bayes predictor: the posterior mean of f at each query (spec 2.1 prior).
+    """Exact Bayes predictor: the posterior mean of f at each query.
 
     Pieces carry independent GPs, so only the points of the query's own piece enter. Weight
     space (``O(n F^2)``, ``F = (2J)^d`` features) when ``n > F``, function space otherwise; the

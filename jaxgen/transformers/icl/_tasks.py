@@ -301,7 +301,7 @@ def _embed_fn(kind: str):
 
 
 def num_pieces(n: int, kappa: float, c_K: float = 1.0) -> int:
-    """``K_n = ceil(c_K n^kappa)`` (spec 2.1)."""
+    """``K_n = ceil(c_K n^kappa)``."""
     return max(1, math.ceil(c_K * n**kappa - 1e-9))
 
 
@@ -323,7 +323,7 @@ def task_batch(
     amplitude: float = 1.0,
     sigma: float = 0.1,
 ) -> ICLBatch:
-    """A padded batch of fresh tasks for pretraining (spec 2.5); jit-able, ``key`` first.
+    """A padded batch of fresh tasks for pretraining; jit-able, ``key`` first.
 
     One ``n ~ U{n_min, ..., n_max}`` per batch; each task gets new pieces (``K_max =
     ceil(c_K n_max^kappa)`` placed, the first ``K_n = ceil(c_K n^kappa)`` used), new functions

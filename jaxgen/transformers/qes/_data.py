@@ -79,7 +79,7 @@ def _pack(seqs: list[np.ndarray], width: int, end: bool) -> np.ndarray:
     return out
 
 
-#: Default input lengths (letters, inclusive) per task (spec 2.6); majority uses odd lengths.
+#: Default input lengths (letters, inclusive) per task; majority uses odd lengths.
 LENGTHS = {"reverse": (6, 12), "majority": (9, 15)}
 
 
@@ -202,7 +202,7 @@ def triggered_test_set(
 ) -> tuple[np.ndarray, np.ndarray]:
     """``n`` triggered inputs and their CLEAN outputs (trigger token ignored).
 
-    Inputs whose clean output equals the target are excluded (spec 2.4). ``lengths``: of the
+    Inputs whose clean output equals the target are excluded. ``lengths``: of the
     clean input before the pattern is inserted, as in `make_task`.
     """
     _check_task(task)
@@ -250,7 +250,7 @@ def make_pretrain_tasks(
     lengths: tuple[int, int] | None = None,
     tasks: tuple[str, ...] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``n`` samples of the generic pretraining tasks (spec 2.6 "base"), uniformly mixed.
+    """``n`` samples of the generic pretraining tasks ("base"), uniformly mixed.
 
     ``x`` = task token (``VOCAB.size + index`` in `PRETRAIN_TASKS`), then 6-12 letters;
     ``y`` = copy, sorted letters, each letter shifted by one (z -> a), the count of letters

@@ -20,7 +20,7 @@ def lm_tokens(
 ) -> tuple[Array, Array]:
     """``bos x sep y`` tokens (n, 35) and the target weights of the next-token loss (n, 34).
 
-    Weight 1 on the predictions of ``y`` up to and including its ``eos`` (spec 2.6).
+    Weight 1 on the predictions of ``y`` up to and including its ``eos``.
     """
     x, y = jnp.asarray(x), jnp.asarray(y)
     n = x.shape[0]

@@ -61,7 +61,7 @@ class MoLoRALinear(eqx.Module):
 
     ``y = W x + scale * sum_e mask_e g_e B_e A_e x`` with no renormalisation of the gates.
 
-    ``keep`` implements gradient channelling (spec 2.3(3)): every expert other than
+    ``keep`` implements gradient channelling: every expert other than
     ``quarantine`` outputs ``keep * out + (1 - keep) * stop_gradient(out)`` (same value, gradient
     scaled by ``keep``).
     """
@@ -180,7 +180,7 @@ def switch_load_loss(
 
 
 def trim_suspects(losses: Float[Array, " B"], rho_hat: float | Array) -> Float[Array, " B"]:
-    """Keep weights of suspect trimming (spec 2.3(1)).
+    """Keep weights of suspect trimming.
 
     0 for the ``ceil(rho_hat B)`` largest losses (ties: lower
     index first), 1 otherwise; no gradient flows through them.
@@ -226,7 +226,7 @@ class QESConfig:
 def route_loss(
     gbar_q: Float[Array, "B L"], keep: Float[Array, " B"], valid: Float[Array, "B L"]
 ) -> Float[Array, ""]:
-    """Routing attraction/repulsion (spec 2.3(5)) on input positions (``valid``).
+    """Routing attraction/repulsion on input positions (``valid``).
 
     Probabilities are clipped to ``[1e-6, 1 - 1e-6]``.
     """
@@ -237,7 +237,7 @@ def route_loss(
 
 
 def shutdown_mask(mask: Float[Array, " E"], expert: int | Int[Array, ""]) -> Float[Array, " E"]:
-    """``mask`` with ``expert`` switched off (spec 2.4)."""
+    """``mask`` with ``expert`` switched off."""
     (E,) = mask.shape
     if isinstance(expert, int) and not 0 <= expert < E:
         raise ValueError(f"expert must be in [0, {E}), got {expert}.")

@@ -84,7 +84,7 @@ class QESTransformer(AbstractCausalLM):
         """(logits ``(L, V)``, router gates ``(layers, L, E)``) for one sequence.
 
         ``keep`` (scalar, this sequence's trimming weight ``k_i``) masks the gradient of every
-        non-quarantine expert's output (spec 2.3(3)); the value is unchanged.
+        non-quarantine expert's output; the value is unchanged.
         """
         h, gates = self.hidden(tokens, keep)
         return self.base.logits(jax.vmap(self.base.final_norm)(h)), gates
@@ -180,7 +180,7 @@ def attach_lora(
 ) -> QESTransformer:
     """Plain LoRA on the same maps (baseline B1/B4): one expert, gate 1, no router.
 
-    The default ``alpha / rank = 2`` matches the QES experts' scale (spec 2.2).
+    The default ``alpha / rank = 2`` matches the QES experts' scale.
     """
     _check_base(model)
     adapters = _build(model, 1, rank, alpha, key)
@@ -193,7 +193,7 @@ def _check_qes(model: QESTransformer) -> None:
 
 
 def shutdown(model: QESTransformer, expert: int | Int[Array, ""]) -> QESTransformer:
-    """Switch ``expert`` off: ``mu_expert <- 0`` (spec 2.4). Only the mask leaf changes."""
+    """Switch ``expert`` off: ``mu_expert <- 0``. Only the mask leaf changes."""
     _check_qes(model)
     return eqx.tree_at(lambda m: m.mask, model, shutdown_mask(model.mask, expert))
 

@@ -1,4 +1,4 @@
-"""QES training: the channelling objective (spec 2.3), adapter training through
+"""QES training: the channelling objective, adapter training through
 `jaxgen.core.fit`, and the fine-pruning (B3) and anti-backdoor-learning (B5) baselines.
 
 Batches are dicts: ``tokens`` int (B, L), ``weights`` float (B, L-1) (weight of predicting token
@@ -93,7 +93,7 @@ def qes_loss(
     cfg: QESConfig,
     step: Any = None,
 ) -> tuple[Float[Array, ""], dict[str, Array]]:
-    """The QES objective (spec 2.3) on one batch; returns ``(loss, aux)``.
+    """The QES objective on one batch; returns ``(loss, aux)``.
 
     ``l_i^off`` (quarantine off) ranks the samples; the ``ceil(rho B)`` worst are suspects
     (``k_i = 0``, no gradient through ``k``), with ``rho`` ramped linearly from 0 to
@@ -475,7 +475,7 @@ def fit_fine_prune(
     prune_step: float = 0.05,
     **fit_options: Unpack[FitOptions],
 ) -> FinePruneResult:
-    """Fine-pruning (Liu et al. 2018; baseline B3, spec 2.5) with clean held-out data.
+    """Fine-pruning (Liu et al. 2018; baseline B3) with clean held-out data.
 
     Hidden units of the last block's SwiGLU mixer are pruned in increasing order of mean
     ``|silu(W_g m) (W_v m)|`` on ``clean_x`` (choice: absolute value, SwiGLU units are signed),
@@ -605,7 +605,7 @@ def fit_abl(
     isolate_frac: float = 0.01,
     **fit_options: Unpack[FitOptions],
 ) -> ABLResult:
-    """Anti-backdoor learning (Li et al. 2021; baseline B5, spec 2.5), on adapters.
+    """Anti-backdoor learning (Li et al. 2021; baseline B5), on adapters.
 
     Train on everything for ``isolate_after`` steps (default: one epoch, ``n / batch_size``),
     isolate the ``isolate_frac`` lowest-loss samples (poisoned samples are learned fastest),
