@@ -386,6 +386,15 @@ EXEMPT: dict[str, str] = {
     "core.data_mesh": "device placement (no array arguments to check)",
     "core.replicate": "device placement of a user pytree",
     "core.shard_batch": "device placement of a user pytree",
+    "core.FitOptions": "a TypedDict of fit's options (a type, not an entry point)",
+    "core.as_batches": "wraps user data into a sampler; its errors are tested in "
+    "tests/test_conventions.py",
+    "core.check_fit_options": "an argument check itself (tests/test_conventions.py)",
+    "metrics.digits_fd": "needs 8x8 digit images; tested in tests/metrics/test_metrics_digits.py",
+    "metrics.digits_features": "needs 8x8 digit images; tested in "
+    "tests/metrics/test_metrics_digits.py",
+    "metrics.digits_logits": "needs 8x8 digit images; tested in "
+    "tests/metrics/test_metrics_digits.py",
     "core.replicate_sharding": "device placement (takes a mesh, no array arguments)",
     "core.sharded_vmap": "wraps a user function; its mapped calls are the entry points checked",
     "core.sample_many": "wraps a user sampler; `key` and `num_samples` are checked and tested in "
