@@ -6,7 +6,8 @@ browser that playwright downloads) and fails when
 
 - a page logs a console error, raises a JavaScript error or gets a failed / >= 400 response;
 - a family page (``families/NAME``) lacks the heading of a name its ``__init__.py`` exports, or a
-  function / class among them lacks its signature (exceptions, enumerations and ``Abstract*``
+  function / class among them lacks its signature (exceptions, warnings, TypedDicts,
+  enumerations and ``Abstract*``
   interfaces have no constructor of their own and are exempt from the signature check);
 - a tutorial page (``notebooks/...``) shows no rendered figure (an ``<img>`` of the notebook's
   outputs that the browser decoded);
@@ -109,7 +110,7 @@ _FAMILY_JS = """(ids) => ids.map((id) => {
   // a class built by its own __init__ or its fields shows a signature; exceptions, enumerations
   // and abstract interfaces have no constructor of their own to show
   const bases = (obj && obj.querySelector('.doc-class-bases') || {}).textContent || '';
-  const exempt = /Exception|Error|Enumeration|ABC|Protocol/.test(bases)
+  const exempt = /Exception|Error|Warning|Enumeration|ABC|Protocol|TypedDict|dict/.test(bases)
     || /(^|\.)Abstract/.test(id);
   const callable = /doc-function/.test(kind) || (/doc-class/.test(kind) && !exempt);
   const sig = obj && obj.querySelector(
@@ -196,13 +197,22 @@ def check(site: str, out: str) -> list[str]:
         if missing:
             failures.append(f"search index lacks: {', '.join(missing)}")
         page.goto(base + "/", wait_until="networkidle")
-        page.keyboard.press("/")  # material's search shortcut focuses the box
-        page.fill("input.md-search__input", SEARCH_SAMPLE[0])
-        try:
-            page.wait_for_selector(
-                f".md-search-result__item :text('{SEARCH_SAMPLE[0]}')", timeout=20000
-            )
-        except Exception:
+        # The search worker builds its index after the page loads; a query typed before it is
+        # ready stays unanswered, so type it again until results come (up to a minute).
+        found = False
+        for _ in range(6):
+            page.keyboard.press("/")  # material's search shortcut focuses the box
+            page.fill("input.md-search__input", "")
+            page.type("input.md-search__input", SEARCH_SAMPLE[0], delay=30)
+            try:
+                page.wait_for_selector(
+                    f".md-search-result__item :text('{SEARCH_SAMPLE[0]}')", timeout=10000
+                )
+                found = True
+                break
+            except Exception:
+                continue
+        if not found:
             failures.append(f"the search box finds no result for {SEARCH_SAMPLE[0]!r}")
         browser.close()
     if shot_tutorial is None:
