@@ -21,6 +21,7 @@ References:
     arXiv 2606.02223.
 """
 
+import functools
 from typing import NamedTuple
 
 import jax
@@ -287,9 +288,12 @@ def solve_srgw_coupling(
     _check_solver_args(max_steps, tol)
     A, W = check_finite(A, "A"), check_finite(W, "W")
     T0 = check_nonnegative(T0, "T0")
-    state, num_steps, result = _solve_coupling(
-        A, W, T0, max_steps=max_steps, tol=tol, symmetric=symmetric, throw=throw
-    )
+    return _solve_output(A, W, T0, max_steps=max_steps, tol=tol, symmetric=symmetric, throw=throw)
+
+
+def _solve_output(A: Array, W: Array, T0: Array, **options) -> SrgwOutput:
+    """`SrgwOutput` of one checked problem (shared by the single and batched entry points)."""
+    state, num_steps, result = _solve_coupling(A, W, T0, **options)
     return SrgwOutput(state.T, srgw_objective(A, state.T, W), state.gap, num_steps, result)
 
 
@@ -331,12 +335,8 @@ def solve_srgw_couplings(
     A, W = check_finite(A, "A"), check_finite(W, "W")
     T0 = check_nonnegative(T0, "T0")
 
-    def one(a: Array, w: Array, t0: Array) -> SrgwOutput:
-        state, num_steps, result = _solve_coupling(
-            a, w, t0, max_steps=max_steps, tol=tol, symmetric=symmetric, throw=throw
-        )
-        return SrgwOutput(state.T, srgw_objective(a, state.T, w), state.gap, num_steps, result)
-
+    options = dict(max_steps=max_steps, tol=tol, symmetric=symmetric, throw=throw)
+    one = functools.partial(_solve_output, **options)
     return sharded_vmap(one, mesh)(A, W, T0)
 
 
