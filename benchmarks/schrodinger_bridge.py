@@ -536,3 +536,12 @@ def run(config, key, rec):
             title=f"held-out NLL (d up to {d_show})",
         )
         axes[2].legend()
+
+
+def plan_stage(config, key, rec):
+    """`python -m benchmarks plan`: the SB-NN potential at the largest ring dimension.
+
+    The run's first `fit` is the Gaussian part's 7-parameter quadratic potential; the main model
+    is the MLP log-potential of `fit_log_potential`, whose step is largest at the largest ``d``.
+    """
+    _ring_part({**config, "ring_dims": [max(config["ring_dims"])]}, key, rec)

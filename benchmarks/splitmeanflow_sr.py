@@ -62,6 +62,10 @@ PAPER = (
     "Noise-Started One-Step Real-World Super-Resolution via LR-Conditioned SplitMeanFlow and "
     "GAN Refinement (Zhu et al., arXiv 2605.09328)"
 )
+# `python -m benchmarks plan`: the ``--full`` run (patches) first trains its evaluation CNN; the
+# second `fit` call is the flow-matching teacher, whose SR network every stage shares.
+PLAN_FIT_CALL = 2
+
 CONFIGS = {
     "quick": {
         # spec 5a targets 4k teacher / 3k SMF / 1k GAN steps; the 5-minute CPU budget (2 shared

@@ -166,6 +166,61 @@ def torchcfm_peer(config, endpoints, x0_eval, steps):
     return results
 
 
+def learn_fields(config, key_gauss, key_learn, key_eval):
+    """Part (b): the straight and linear fields learned by flow matching at ``learn_dim``.
+
+    Returns the Gaussian endpoints, the evaluation sources, per-label figures and loss curves.
+    """
+    dim, steps = config["learn_dim"], config["steps"]
+    endpoints = random_gaussian_pair(jr.fold_in(key_gauss, 1000 + dim), dim)
+    process = GaussianStraightProcess(*endpoints)
+    x0_eval = (
+        endpoints[0][None, :]
+        + jr.normal(key_eval, (config["eval_samples"], dim)) @ jnp.linalg.cholesky(endpoints[1]).T
+    )
+    learned = {}
+    curves = {}
+    for label, interpolant in (
+        ("straight", process.interpolant()),
+        ("linear", LinearInterpolant()),
+    ):
+        model_key, fit_key = jr.split(jr.fold_in(key_learn, len(learned)))
+        model = MLPVelocityField(dim, config["width"], config["depth"], key=model_key)
+        start = time.perf_counter()
+        result = fit(
+            ft.partial(flow_matching_loss, interpolant=interpolant),
+            model,
+            pair_sampler(endpoints, config["batch"]),
+            adamw_cosine(1e-3, config["train_steps"]),
+            num_steps=config["train_steps"],
+            key=fit_key,
+        )
+        train_s = time.perf_counter() - start
+        w2 = {
+            k: float(
+                empirical_gaussian_w2(
+                    evaluate_learned(result.model, x0_eval, k), endpoints[2], endpoints[3]
+                )
+            )
+            for k in steps
+        }
+        straight = float(
+            jnp.mean(
+                eqx.filter_jit(eqx.filter_vmap(straightness, in_axes=(None, 0, None)))(
+                    result.model, x0_eval[:512], 16
+                )
+            )
+        )
+        learned[label] = {
+            "train_s": train_s,
+            "w2_by_steps": w2,
+            "straightness": straight,
+            "final_loss": float(np.mean(result.losses[-50:])),
+        }
+        curves[label] = result.losses
+    return endpoints, x0_eval, learned, curves
+
+
 def run(config, key, rec):
     key_gauss, key_learn, key_eval = jr.split(key, 3)
     steps = config["steps"]
@@ -238,53 +293,7 @@ def run(config, key, rec):
     )
 
     # (b) learned fields
-    dim = config["learn_dim"]
-    endpoints = random_gaussian_pair(jr.fold_in(key_gauss, 1000 + dim), dim)
-    process = GaussianStraightProcess(*endpoints)
-    x0_eval = (
-        endpoints[0][None, :]
-        + jr.normal(key_eval, (config["eval_samples"], dim)) @ jnp.linalg.cholesky(endpoints[1]).T
-    )
-    learned = {}
-    curves = {}
-    for label, interpolant in (
-        ("straight", process.interpolant()),
-        ("linear", LinearInterpolant()),
-    ):
-        model_key, fit_key = jr.split(jr.fold_in(key_learn, len(learned)))
-        model = MLPVelocityField(dim, config["width"], config["depth"], key=model_key)
-        start = time.perf_counter()
-        result = fit(
-            ft.partial(flow_matching_loss, interpolant=interpolant),
-            model,
-            pair_sampler(endpoints, config["batch"]),
-            adamw_cosine(1e-3, config["train_steps"]),
-            num_steps=config["train_steps"],
-            key=fit_key,
-        )
-        train_s = time.perf_counter() - start
-        w2 = {
-            k: float(
-                empirical_gaussian_w2(
-                    evaluate_learned(result.model, x0_eval, k), endpoints[2], endpoints[3]
-                )
-            )
-            for k in steps
-        }
-        straight = float(
-            jnp.mean(
-                eqx.filter_jit(eqx.filter_vmap(straightness, in_axes=(None, 0, None)))(
-                    result.model, x0_eval[:512], 16
-                )
-            )
-        )
-        learned[label] = {
-            "train_s": train_s,
-            "w2_by_steps": w2,
-            "straightness": straight,
-            "final_loss": float(np.mean(result.losses[-50:])),
-        }
-        curves[label] = result.losses
+    endpoints, x0_eval, learned, curves = learn_fields(config, key_gauss, key_learn, key_eval)
     rec.metric("learned", learned)
     # Trained enough to compare: each learned field, integrated finely, moves the source most of
     # the way to the target (trivial baseline: not moving, W2(source, target)).
@@ -378,3 +387,13 @@ def run(config, key, rec):
             axes[1].semilogy(losses, label=label)
         axes[1].set(title="flow-matching loss", xlabel="step", ylabel="loss")
         axes[1].legend()
+
+
+def plan_stage(config, key, rec):
+    """`python -m benchmarks plan`: the learned fields (part (b)), the run's only training.
+
+    Part (a)'s float64 pushforwards and its timing at ``--full`` sizes take minutes on a CPU and
+    compile nothing that the plan reports.
+    """
+    key_gauss, key_learn, key_eval = jr.split(key, 3)
+    learn_fields(config, key_gauss, key_learn, key_eval)
