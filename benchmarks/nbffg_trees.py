@@ -201,7 +201,8 @@ _filter = eqx.filter_jit(backward_filter)
 _simulate_tree = eqx.filter_jit(simulate_tree)
 
 
-def _dw_part(cfg, key, rec):
+def _dw_problem(cfg, key):
+    """The double-well tree: topology, simulated truth, guided tree, and the fit/IS/net keys."""
     topo = TreeTopology.balanced(cfg["dw_depth"], branch_length=0.25)
     n, K = topo.num_nodes, cfg["dw_steps_per_edge"]
     k_sim, k_obs, k_fit, k_is, k_net = jr.split(key, 5)
@@ -215,6 +216,11 @@ def _dw_part(cfg, key, rec):
     gt = GuidedTree(
         topo=topo, model=TreeSDE(_dw_drift, _dw_sigma), filt=filt, proxy=px, x_root=x_root
     )
+    return topo, truth, gt, (k_fit, k_is, k_net)
+
+
+def _dw_part(cfg, key, rec):
+    topo, truth, gt, (k_fit, k_is, k_net) = _dw_problem(cfg, key)
     M = cfg["is_samples"]
     isj = eqx.filter_jit(lambda k, g, c: importance_sample(k, g, M, c))
     internal = np.flatnonzero(~topo.is_leaf)[1:]
@@ -430,3 +436,16 @@ def run(config, key, rec):
         "Landmark shapes with Kunita noise are in notebooks/bridges/020_tree_guidance.ipynb, "
         "not in this benchmark (time)."
     )
+
+
+def plan_stage(config, key, rec):
+    """`python -m benchmarks plan`: the double-well tree, whose `fit_nbffg` is the run's training.
+
+    The linear-Gaussian part and the importance-sampling baseline before the fit take minutes at
+    ``--full`` sizes on a CPU and compile nothing the plan reports.
+    """
+    with jax.enable_x64(True):
+        _, _, gt, (k_fit, _, k_net) = _dw_problem(config, jr.split(key, 3)[1])
+        control = ControlNet(1, 1, 64, 2, key=k_net)  # as `_dw_part`'s, without its IS baseline
+        steps, batch = config["train_steps"], config["batch_full"]
+        fit_nbffg(control, gt, key=k_fit, num_steps=steps, mode="full", batch_size=batch)
