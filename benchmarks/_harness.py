@@ -454,6 +454,11 @@ def report(out_dir: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m benchmarks list | run NAME|all [--quick|--full] [--seed] [--out] | report``."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["device-check"]:  # its own options (--out, --skip): argparse's REMAINDER
+        from ._device_check import main as device_check  # drops a leading optional
+
+        return device_check(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m benchmarks")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="benchmark names and the paper each serves")
@@ -481,10 +486,10 @@ def main(argv: list[str] | None = None) -> int:
         "--timeout", type=float, default=240.0, help="seconds one benchmark may take to plan"
     )
     plan_p.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
-    dev_p = sub.add_parser(
-        "device-check", help="gpu tests, every --full --smoke, three quick runs: results/device"
+    sub.add_parser(
+        "device-check",
+        help="gpu tests, every --full --smoke, three quick runs: results/device (--out, --skip)",
     )
-    dev_p.add_argument("args", nargs=argparse.REMAINDER)
     rep_p = sub.add_parser("report", help="write REPORT.md from every JSON under --out")
     rep_p.add_argument("--out", default="results")
     args = parser.parse_args(argv)
@@ -492,10 +497,6 @@ def main(argv: list[str] | None = None) -> int:
         for name in benchmark_names():
             print(f"{name}\t{load(name).PAPER}")
         return 0
-    if args.command == "device-check":
-        from ._device_check import main as device_check
-
-        return device_check(args.args)
     if args.command == "plan":
         from ._plan import main_plan, plan_one
 
