@@ -111,13 +111,46 @@ help (12-13 atoms, or 24 with the universal lambda_1).
 """
 
 PATCH_ABLATION = """\
-Patches, after the noise floor (issue 41, quick run): 23 of 64 atoms (0.36), 5.3 non-zeros \
-per test patch, 27.96 dB; at matched nnz scikit-learn's 64-atom dictionaries give 26.37 dB with \
-OMP and 30.79 dB with debiased lasso (the best baseline), so the drop is 2.8 dB: at 5 \
-non-zeros a 23-atom dictionary has fewer supports to choose from than a 64-atom one (the same \
-23 atoms coded by scikit-learn's lasso at matched nnz and debiased: 27.92 dB, so not the \
-transform). Both claims together need a parsimony between 23 and 38 atoms that the MDL rule \
-does not single out; not solved. Before the floor (issue 26 analysis, kept below): \
+Patches, the PSNR protocol and the code weight (issue 41, quick data, seed 0, float32; offline \
+figures). The protocol compares like with like: PADL's test codes are lasso at its lambda_1 then \
+debiased (least squares on each support); the baseline is the best of scikit-learn's \
+DictionaryLearning / MiniBatch (64 atoms, alpha = PADL's lambda_1) coded by OMP at the same \
+integer nnz or by lasso_cd bisected to PADL's mean nnz and debiased the same way. Debiased lasso \
+is the stronger baseline (30.79 vs 26.37 dB for OMP at 5 nnz): the l1 codes spread the \
+non-zeros over patches by their energy, OMP gives every patch 5. With the PPCA floor and the MAP \
+weight lambda_1 = sigma2/beta = 0.052, PADL kept 23 atoms at 5.3 nnz, 27.96 dB, 2.8 dB below. \
+Not the transform (scikit-learn's lasso on PADL's 23 atoms at matched nnz, debiased: 27.92 dB) \
+and not a badly learned dictionary (scikit-learn's own 23-atom dictionary: 27.98 dB; 38 atoms: \
+29.98): fewer atoms at the same nnz. The drop at fixed |A| grows with the nnz (scikit-learn \
+23 atoms vs 64 at 5.3 / 8 / 12 nnz: 2.8 / 5.4 / 9.2 dB), because the high-energy patches use \
+many atoms of a complete dictionary. A (lambda_1, lambda_0) sweep (fixed values, the run's \
+schedule; baseline = scikit-learn DictionaryLearning, debiased lasso, alpha = lambda_1):
+
+| lambda_1 | lambda_0 | active / 64 | test nnz | PADL PSNR | baseline PSNR | drop (dB) |
+|---|---|---|---|---|---|---|
+| 0.0515 | 0.8 | 44 | 8.14 | 31.53 | 33.57 | 2.03 |
+| 0.0515 | 1.2 | 34 | 7.08 | 29.86 | 32.65 | 2.80 |
+| 0.0515 | 1.8 | 26 | 5.79 | 28.48 | 31.23 | 2.74 |
+| 0.08 | 0.8 | 40 | 5.22 | 29.43 | 30.24 | 0.81 |
+| 0.08 | 1.2 | 31 | 4.51 | 28.46 | 29.87 | 1.41 |
+| 0.08 | 1.8 | 21 | 3.63 | 27.21 | 29.08 | 1.87 |
+| 0.12 | 0.8 | 33 | 2.99 | 27.54 | 28.04 | 0.50 |
+| 0.12 | 1.2 | 27 | 2.63 | 27.03 | 27.74 | 0.71 |
+| 0.12 | 1.8 | 20 | 2.37 | 26.50 | 27.45 | 0.95 |
+
+Both claims need codes sparser than the MAP weight gives; no single noise level moves along \
+the MAP line lambda_0 / lambda_1 = beta (b d ln2 + ...) = 47 into that region. The warm-up \
+codes of an interpolating fit are dense (their density is the warm-up lambda_1's), so beta is \
+not a sparsity scale there either. Default now (interpolating fits only): lambda_1 = \
+sigma sqrt(2 ln K), the universal threshold (the largest correlation of K unit atoms with \
+noise of that variance): 0.113, 16 of 64 atoms (0.25), 2.26 nnz, 26.23 dB vs 27.36 dB (drop \
+1.13); re-estimating lambda_1 by the MAP rule at the end gives 0.119 (16 atoms, drop 1.04): \
+the two rules agree at the fixed point. Other patch draws (seeds 1, 2; baseline DictionaryLearning \
+only): 18 / 18 atoms, drop 0.96 / 1.07 dB. With fit_padl's own schedule (warm-up 10, 40 \
+iterations, seed 0): 11 atoms, 1.83 nnz, drop 1.39 dB; its two lambda_0 re-estimates raise sigma2 \
+from 1.5e-3 to 3.0e-3 as the sparser fit's residual grows (64 -> 17 -> 11 atoms). Planted \
+problems and digits spend < 40% of the degrees of freedom and keep the MAP weight (unchanged). \
+Before the floor (issue 26 analysis, kept below): \
 Patches (quick data: 2000 train / 500 test 8x8 patches, K = 64). Root cause: a recipe limit \
 of the MDL rule, not the pruning. Natural patches have no noise floor, so with K = d the warm-up \
 lasso fits almost everything and sigma2_hat = RSS/dof ~ 1e-5; the MDL price lambda_0 = sigma2_hat \
@@ -153,8 +186,9 @@ freedom (planted problems, noisy or noiseless: 0.11-0.36), sigma2_fit ~ 1e-4 -> 
 atom price lambda_0 = sigma2 (b d ln2 + ...) ~ 0.02 keeps 63 atoms. Now, when the fit spends \
 > 40% of the degrees of freedom, sigma2 is floored by the probabilistic-PCA noise with d/2 \
 components (mean of the smaller half of the covariance eigenvalues: 1.5e-3 here; equal to the \
-noise variance within 10% on planted problems with < d/2 atoms), for both lambdas; re-estimates \
-never go below the warm-up's sigma2 (noiseless planted data: the residual keeps falling).
+noise variance within 10% on planted problems with < d/2 atoms), for lambda_0 and (by the \
+universal threshold, see the patch note) lambda_1; re-estimates never go below the warm-up's \
+sigma2 (noiseless planted data: the residual keeps falling).
 
 | noise level for the MDL price | active / 64 | test nnz | test PSNR |
 |---|---|---|---|
@@ -162,7 +196,8 @@ never go below the warm-up's sigma2 (noiseless planted data: the residual keeps 
 | PPCA floor, smaller half, always | 29 | 9.6 | 29.30 (beta over nonzeros) |
 | PPCA floor, smaller quarter, always | 45 | 17.1 | 33.50 (beta over nonzeros) |
 | PPCA floor, smaller half, if dof used > 0.5 | 63 | 39.5 | 59.99 (floor only from round 2) |
-| PPCA floor, smaller half, if dof used > 0.4 (default) | 23 | 5.3 | 27.96 |
+| PPCA floor, smaller half, if dof used > 0.4, MAP lambda_1 | 23 | 5.3 | 27.96 |
+| the same floor, universal lambda_1 = sigma sqrt(2 ln K) (default) | 16 | 2.3 | 26.23 |
 
 Rejected: the floor without the switch over-prunes planted problems with more atoms than \
 dimensions (30 in d = 24: floor 30x the noise, 22/30 atoms, recovery 0.60; smaller quarter: \
@@ -498,14 +533,14 @@ def run(config, key, rec):
     if "best_sklearn_psnr" in pr:
         drop = pr["best_sklearn_psnr"] - pr["padl_psnr"]
         rec.metric("psnr_drop_vs_sklearn_matched_nnz", drop)
-        holds_frac = rec.claim(
+        rec.claim(
             "active_atom_fraction_patches",
             "PADL (mdl) uses <= 60% of the atoms on patches",
             frac,
             "<=",
             0.6,
         )
-        holds_drop = rec.claim(
+        rec.claim(
             "psnr_drop_vs_sklearn_matched_nnz",
             "test PSNR drop vs the best scikit-learn "
             "baseline at matched nnz (debiased/OMP codes), dB",
@@ -513,8 +548,7 @@ def run(config, key, rec):
             "<=",
             1.5,
         )
-        if not (holds_frac and holds_drop):
-            rec.note(PATCH_ABLATION)
+        rec.note(PATCH_ABLATION)
         ratio = pr["padl_fit_equal_iters_s"] / pr["DictionaryLearning_fit_s"]
         rec.claim(
             "fit_time_ratio_vs_sklearn",

@@ -134,9 +134,11 @@ def test_estimate_hyperparameters_by_hand(small):
     beta = np.abs(Rn).sum() / (n_act * 300)  # Laplace MLE over all entries of active rows
     rho = 7 / 8
     lam0 = sigma2 * (16 * 12 * math.log(2) + math.log((1 - rho) / rho))
+    # MAP weight sigma2/beta; the universal threshold sigma sqrt(2 ln K) when the fit interpolates
+    lam1 = math.sqrt(2 * math.log(8) * sigma2) if used > 0.4 else sigma2 / beta
     np.testing.assert_allclose(
         [hp["sigma2"], hp["sigma2_fit"], hp["dof_used"], hp["beta"], hp["rho"], hp["lam1"]],
-        [sigma2, sigma2_fit, used, beta, rho, sigma2 / beta],
+        [sigma2, sigma2_fit, used, beta, rho, lam1],
         rtol=1e-10,
     )
     np.testing.assert_allclose(hp["lam0"], lam0, rtol=1e-10)
@@ -161,10 +163,13 @@ def test_noise_floor_on_interpolating_fit():
     assert hp["sigma2_fit"] < 1e-10 and hp["dof_used"] > 1.0
     assert hp["sigma2"] == pytest.approx(floor, rel=1e-10)
     assert hp["lam0"] == pytest.approx(floor * (32 * d * math.log(2) + math.log(1 / 15)), 1e-8)
+    # the codes of an exact fit are no sparsity scale: lambda_1 is the universal threshold
+    assert hp["lam1"] == pytest.approx(math.sqrt(2 * math.log(d) * floor), rel=1e-10)
     D = jnp.asarray(basis)  # the planted subspace: a sparse (4 of 16 dof), non-interpolating fit
     hp = estimate_hyperparameters(jnp.asarray(X), D, D.T @ jnp.asarray(X))
     assert hp["dof_used"] < 0.4 and hp["noise_floor"] == 0.0
     assert hp["sigma2"] == pytest.approx(noise**2, rel=0.1)
+    assert hp["lam1"] == pytest.approx(hp["sigma2"] / hp["beta"], rel=1e-12)  # the MAP weight
 
 
 def test_planted_small_count_penalty(small):
@@ -354,45 +359,69 @@ def test_prune_realign_removes_a_split_atom():
 
 
 # Planted problems the benchmark does not use (it plants d=32, 20 atoms, K=100, N=3000), started
-# 3-4x overcomplete. With the spec's fixed-D prune test the defaults kept 9/6 atoms on both fast
-# problems and 21/12 and 15/12 on the slow ones; see benchmarks/padl_dictionary.md (ablation).
-# Noiseless problems (noise 0.0) are where a residual-based noise level can collapse; there the
-# warm-up fit spends 0.11-0.36 of the degrees of freedom (no PCA floor), and its residual (the
-# lasso's shrinkage) is the floor of the later re-estimates.
+# 2.7-4.8x overcomplete, sizes varied: dimension 10-24, 4-12 planted atoms, 300-500 samples, 2 or 3
+# atoms per sample, noise 0-0.1 (four noiseless: where a residual-based noise level can
+# collapse). With the spec's fixed-D prune test the defaults kept 9/6 atoms on the first two; see
+# benchmarks/padl_dictionary.md (ablation). The set was fixed before it was first run; the
+# fourth is a known failure (8 atoms for 6: two planted atoms are each split in two, cosines
+# 0.94-0.99, and one re-aligning sweep does not merge them, so removing either still costs more
+# than the price lambda_0 = 1.6, the warm-up noise level 0.0045 times b d ln 2). Five (d, K, N)
+# shapes, so that the fits share compiled steps.
+# (seed, d, planted atoms, K, N, atoms per sample, noise)
 PLANTED_FAST = [
     (7, 16, 6, 24, 500, 3, 0.05),
     (7, 12, 6, 24, 480, 2, 0.02),
     (7, 12, 6, 24, 480, 2, 0.0),
+    (7, 16, 6, 24, 500, 3, 0.0),
+    (101, 20, 8, 24, 400, 2, 0.1),
+    (102, 24, 10, 32, 500, 3, 0.05),
+    (103, 10, 4, 16, 300, 2, 0.0),
+    (104, 16, 8, 24, 500, 2, 0.1),
+    (105, 20, 5, 24, 400, 2, 0.02),
+    (106, 24, 12, 32, 500, 3, 0.0),
 ]
 PLANTED_SLOW = [
     (4, 16, 12, 48, 1500, 2, 0.02),
     (8, 48, 12, 36, 1500, 4, 0.05),
     (4, 16, 12, 48, 1500, 2, 0.0),
     (1, 24, 30, 90, 1500, 3, 0.0),
-    # Known failure: 8 atoms for 6. Two planted atoms are each split in two (cosines 0.94-0.99)
-    # and one re-aligning sweep does not merge them, so removing either still costs more than
-    # the price lambda_0 = 1.6 (the warm-up noise level 0.0045 times b d ln 2).
-    pytest.param((7, 16, 6, 24, 500, 3, 0.0), marks=pytest.mark.xfail(strict=True)),
+    (201, 32, 16, 48, 1500, 3, 0.05),
+    (202, 40, 10, 40, 2000, 3, 0.0),
+    (203, 24, 18, 54, 1500, 2, 0.1),
+    (204, 48, 24, 72, 2000, 4, 0.02),
+    (205, 20, 8, 32, 1000, 2, 0.0),
+    (206, 36, 14, 42, 1500, 3, 0.1),
 ]
 
 
-def check_planted_defaults(seed, d, k_true, K, N, per_sample, noise):
-    X, D_true = planted(seed, d, k_true, N, per_sample, noise)
-    res = fit_padl(X, K, key=jr.key(0))  # the defaults: "mdl" hyper-parameters, count penalty
-    assert k_true <= res.num_active <= 1.25 * k_true
-    assert recovery(D_true, res.dictionary[:, res.active]) >= 0.9
-    h = res.history  # the re-aligned prune step still never raises the objective
-    assert np.all(h["objective_prune"] <= h["objective_r"] * (1 + 1e-9))
+def check_planted_defaults(problems):
+    """Fit each problem with the defaults; print and return which meet |A| in [k, 1.25 k] and
+    recovery >= 0.9. The re-aligned prune step never raises the objective on any of them."""
+    passed = []
+    for seed, d, k_true, K, N, per_sample, noise in problems:
+        X, D_true = planted(seed, d, k_true, N, per_sample, noise)
+        res = fit_padl(X, K, key=jr.key(0))  # the defaults: "mdl" hyper-parameters, count penalty
+        rec = recovery(D_true, res.dictionary[:, res.active])
+        ok = k_true <= res.num_active <= 1.25 * k_true and rec >= 0.9
+        print(
+            f"d={d} planted={k_true} K={K} N={N} per_sample={per_sample} noise={noise}: "
+            f"{res.num_active} atoms, recovery {rec:.2f}, {'pass' if ok else 'FAIL'}"
+        )
+        passed.append(ok)
+        h = res.history
+        assert np.all(h["objective_prune"] <= h["objective_r"] * (1 + 1e-9))
+    return passed
 
 
-@pytest.mark.parametrize("problem", PLANTED_FAST)
-def test_planted_defaults_are_parsimonious(problem):
-    """fit_padl's defaults: |A| within +25% of the planted count and recovery >= 0.9."""
-    check_planted_defaults(*problem)
+def test_planted_defaults_are_parsimonious():
+    """fit_padl's defaults on 10 planted problems: |A| within +25% of the planted count and
+    recovery >= 0.9 on at least 9 of 10."""
+    passed = check_planted_defaults(PLANTED_FAST)
+    assert sum(passed) >= 9, passed
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("problem", PLANTED_SLOW)
-def test_planted_defaults_are_parsimonious_larger(problem):
-    """The fast test's twin at N = 1500, d up to 48, 12 planted atoms (4 per sample at d = 48)."""
-    check_planted_defaults(*problem)
+def test_planted_defaults_are_parsimonious_larger():
+    """The fast test's twin at N = 1000-2000, d up to 48, up to 30 planted atoms."""
+    passed = check_planted_defaults(PLANTED_SLOW)
+    assert sum(passed) >= 9, passed
