@@ -14,8 +14,8 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from jaxgen.core import FitOptions, FitResult, adamw_cosine, check_fit_options, fit, solve_ode
 
-from ._flow import TransitionFlow, flow_parameters, from_y, frozen_gaussian_reference
-from ._residual import fp_log_residual
+from ._flow import TransitionFlow, _frozen_gaussian_reference, flow_parameters, from_y
+from ._residual import _fp_log_residual
 
 ConditionSampler = Callable[[PRNGKeyArray], tuple[Float[Array, " dim"], Float[Array, " p"]]]
 
@@ -128,7 +128,7 @@ def _collocation(
     n_flow = int(round(frac_flow * num))
 
     def one(z: Array, x0: Array, lam: Array, use_flow: Array) -> Array:
-        m, chol = frozen_gaussian_reference(flow.model, x0, lam, t)
+        m, chol = _frozen_gaussian_reference(flow.model, x0, lam, t)
         cond = flow.features(t, x0, lam)
         zeta = jnp.where(use_flow, flow.bijection.inverse(z, cond), 2.0 * z)
         return from_y(flow.model, m + chol @ jnp.clip(zeta, -8.0, 8.0))
@@ -167,7 +167,7 @@ def ng_velocity(
 
     def row(x: Array, x0: Array, lam: Array) -> tuple[Array, Array]:
         jrow = jax.grad(ell)(theta, t, x, x0, lam)
-        res = fp_log_residual(
+        res = _fp_log_residual(
             lambda s, y: ell(theta, s, y, x0, lam),
             t,
             x,
@@ -281,9 +281,9 @@ def spacetime_loss(flow: TransitionFlow, batch: tuple, key: PRNGKeyArray) -> Flo
     model = flow.model
 
     def one(t: Array, x0: Array, lam: Array, zeta: Array) -> Array:
-        m, chol = frozen_gaussian_reference(model, x0, lam, t)
+        m, chol = _frozen_gaussian_reference(model, x0, lam, t)
         x = jax.lax.stop_gradient(from_y(model, m + chol @ zeta))
-        res = fp_log_residual(
+        res = _fp_log_residual(
             lambda s, y: flow.log_density(s, y, x0, lam),
             t,
             x,
