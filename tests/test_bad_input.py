@@ -392,6 +392,22 @@ def _uniform_rate_fn(z: jax.Array, t: jax.Array) -> tuple[jax.Array, jax.Array]:
     return log_lam, log_pi
 
 
+def _transition_flow_args() -> dict[str, Any]:
+    return {
+        "model": _obj("pde.CoxIngersollRoss")(),
+        "box_lo": jnp.array([0.2, 0.5, 0.2, 0.1]),
+        "box_hi": jnp.array([1.0, 2.0, 1.0, 0.5]),
+        "num_units": 2,
+        "width": 4,
+        "depth": 1,
+        "key": jr.key(0),
+    }
+
+
+def _transition_flow() -> Any:
+    return _obj("pde.TransitionFlow")(**_transition_flow_args())
+
+
 FACTORIES: dict[str, Callable[[], dict[str, Any]]] = {
     "core.solve_ode": lambda: {"vector_field": lambda t, y, a: -y, "y0": jnp.array([1.0, 0.5])},
     "core.solve_sde": lambda: {
@@ -822,6 +838,32 @@ FACTORIES: dict[str, Callable[[], dict[str, Any]]] = {
         "x0": jnp.array([0.3, -0.2]),
         "ts": jnp.array([0.2, 0.5, 0.8, 1.0]),
     },
+    "flows.flow_matching_loss": lambda: {
+        "model": _obj("flows.MLPVelocityField")(2, 4, 1, key=jr.key(0)),
+        "batch": (_unit_data((4, 2)) - 0.5, _unit_data((4, 2))),
+        "key": jr.key(1),
+        "interpolant": _obj("flows.LinearInterpolant")(),
+    },
+    "flows.meanflow_loss": lambda: {
+        "model": _gaussian_average_velocity(),
+        "batch": (_unit_data((4, 2)), None),
+        "key": jr.key(1),
+    },
+    "pde.TransitionFlow": lambda: _transition_flow_args(),
+    "pde.flow_parameters": lambda: {"flow": _transition_flow()},
+    "pde.surrogate_path_loglik": lambda: {
+        "flow": _transition_flow(),
+        "xs": jnp.array([[0.4], [0.5], [0.45]]),
+        "lam": jnp.array([1.0, 0.5, 0.3]),
+        "delta": jnp.asarray(0.1),
+    },
+    "pde.ng_velocity": lambda: {
+        "flow": _transition_flow(),
+        "t": jnp.asarray(0.1),
+        "xs": jnp.array([[0.4], [0.5], [0.45]]),
+        "x0s": jnp.array([[0.45], [0.4], [0.5]]),
+        "lams": jnp.tile(jnp.array([1.0, 0.5, 0.3]), (3, 1)),
+    },
     "pde.delayed_acceptance_hmc": lambda: {
         "key": jr.key(0),
         "surrogate_logdensity_fn": _std_normal_logdensity,
@@ -948,7 +990,6 @@ NO_FACTORY_YET: dict[str, str] = {
     "entropy.match_lengths": "needs a name or option string (`seq`)",
     "entropy.match_lengths_bruteforce": "needs a name or option string (`seq`)",
     "entropy.to_symbols": "needs a name or option string (`seq`)",
-    "flows.flow_matching_loss": "needs a user model or callable (`batch`)",
     "flows.FeatureDiscriminator": "a module sized by `feature_channels`",
     "flows.IntervalConditionedNet": "needs a user model or callable (`interval`)",
     "flows.SRVelocityNet": "a module sized by `shape`",
@@ -956,7 +997,6 @@ NO_FACTORY_YET: dict[str, str] = {
     "flows.feature_matching_loss": "needs a FrozenFeatures",
     "flows.gan_optimizer": "needs a user model or callable (`generator`)",
     "flows.gan_refine_loss": "needs a user model or callable (`model`)",
-    "flows.meanflow_loss": "needs a user model or callable (`batch`)",
     "flows.splitmeanflow_loss": "needs a user model or callable (`teacher`)",
     "flows.vsd_loss": "needs a user model or callable (`cond`)",
     "flows.with_ema": "needs a user model or callable (`loss_fn`)",
@@ -985,15 +1025,11 @@ NO_FACTORY_YET: dict[str, str] = {
     "nn.sup_error": "needs a user model or callable (`f`)",
     "nn.supermodularity_gap": "needs a user model or callable (`f`)",
     "nn.TransformerBlock": "needs a user model or callable (`mixer_kwargs`)",
-    "pde.TransitionFlow": "needs a user model or callable (`box_lo`)",
-    "pde.flow_parameters": "needs a TransitionFlow",
     "pde.flow_at": "needs a TransitionFlow",
     "pde.integrate_ng": "needs a TransitionFlow",
-    "pde.ng_velocity": "needs a TransitionFlow",
     "pde.spacetime_loss": "needs a TransitionFlow",
     "pde.fit_spacetime": "needs a TransitionFlow",
     "pde.run_nuts": "needs a user model or callable (`logdensity_fn`)",
-    "pde.surrogate_path_loglik": "needs a TransitionFlow",
     "selectivity.SurrogateBackend": "needs a user model or callable (`landscapes`)",
     "selectivity.TargetSpec": "needs a name or option string (`name`)",
     "selectivity.Task": "needs a name or option string (`name`)",

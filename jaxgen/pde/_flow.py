@@ -156,6 +156,8 @@ class TransitionFlow(eqx.Module):
                 f"`box_lo` and `box_hi` must have shape ({q},) for c = (x0, lam), "
                 f"got {len(lo)} and {len(hi)} entries."
             )
+        if not all(math.isfinite(v) for v in lo + hi):
+            raise ValueError(f"`box_lo` and `box_hi` must be finite, got {lo} and {hi}.")
         if not all(h > l_ for l_, h in zip(lo, hi, strict=True)):
             raise ValueError(f"`box_hi` must exceed `box_lo` entrywise, got {lo} and {hi}.")
         logf = tuple(model.positive) + tuple(v > 0 for v in lo[model.dim :])

@@ -15,6 +15,7 @@ from jaxtyping import Array, Float, PRNGKeyArray
 from jaxgen.core import FitOptions, FitResult, adamw_cosine, check_fit_options, fit, solve_ode
 
 from ._flow import TransitionFlow, _frozen_gaussian_reference, flow_parameters, from_y
+from ._models import _check_time
 from ._residual import _fp_log_residual
 
 ConditionSampler = Callable[[PRNGKeyArray], tuple[Float[Array, " dim"], Float[Array, " p"]]]
@@ -158,7 +159,31 @@ def ng_velocity(
     References:
         Bruna, Peherstorfer and Vanden-Eijnden, Neural Galerkin schemes with active learning
         for high-dimensional evolution equations, arXiv 2203.01360.
+
+    ``t`` (finite, > 0), the states (`check_state`), the parameters (`check_params`) and
+    ``eps_rel`` (finite, > 0) are checked; the Galerkin ODE calls the body without the checks.
     """
+    model = flow.model
+    t = _check_time(t)
+    xs, x0s = model.check_state(xs, "xs"), model.check_state(x0s, "x0s")
+    lams = jnp.asarray(lams)
+    if xs.ndim != 2 or xs.shape != x0s.shape or lams.shape[:1] != xs.shape[:1]:
+        raise ValueError(
+            "`xs`, `x0s` (N, dim) and `lams` (N, p) must share N >= 1, got "
+            f"{xs.shape}, {x0s.shape} and {lams.shape}."
+        )
+    if xs.shape[0] == 0:
+        raise ValueError(f"`xs` must hold at least one collocation point, got {xs.shape}.")
+    lams = jax.vmap(model.check_params)(lams)
+    if not (math.isfinite(eps_rel) and eps_rel > 0):
+        raise ValueError(f"`eps_rel` must be finite and > 0, got {eps_rel}.")
+    return _ng_velocity(flow, t, xs, x0s, lams, eps_rel)
+
+
+def _ng_velocity(
+    flow: TransitionFlow, t: Array, xs: Array, x0s: Array, lams: Array, eps_rel: float
+) -> tuple[Array, Array]:
+    # The body of `ng_velocity` (called at every step of the Galerkin ODE).
     theta, unravel = flow_parameters(flow)
     model = flow.model
 
@@ -196,7 +221,7 @@ def _ng_field(s: Array, theta: Array, args: tuple) -> Array:
     t = jnp.exp(s)
     current = unravel(theta)
     xs = _collocation(current, t, x0s, lams, zs, frac_flow)
-    vel, _ = ng_velocity(current, t, xs, x0s, lams, eps_rel)
+    vel, _ = _ng_velocity(current, t, xs, x0s, lams, eps_rel)
     return t * vel  # d theta / d log t
 
 
