@@ -8,6 +8,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
 from ..core import psd_sqrt
+from ..core.checks import check_finite
 from ._potential import QuadraticLogPotential
 from ._reference import AbstractReference, _check_horizon
 
@@ -54,7 +55,7 @@ def _sb_pieces(
     if mu_star.shape != (ref.dim,):
         raise ValueError(f"`mu_star` must have shape ({ref.dim},), got {mu_star.shape}.")
     _check_square(S_star, "S_star", ref.dim)
-    _check_horizon(T)
+    T = _check_horizon(T)
     F, g = ref.decay(T), ref.offset(T)
     s_T = ref.cov_factor(T) * _iso_scale(ref)
     eye = jnp.eye(ref.dim, dtype=mu_star.dtype)
@@ -122,6 +123,8 @@ def ou_bridge_moments(
     In centred coordinates ``z = x - m``: mean ``F_t z0 + F_{T-t} (v_t / v_T)(zT - F_T z0)``,
     covariance ``(c_t - F_{T-t}^2 c_t^2 / c_T) Sigma`` (``c`` = `cov_factor`, ``F`` = `decay`).
     """
+    T = _check_horizon(T)
+    t = check_finite(t, "t")
     m = getattr(ref, "m", jnp.zeros(ref.dim, ref.Sigma.dtype))
     a, c, w = _bridge_coeffs(ref, t, T)
     return m + a * (x0 - m) + c * (xT - m), w * ref.Sigma
@@ -194,7 +197,7 @@ def quadratic_terminal_law(
     Hessian and gradient at 0 (computed exactly by autodiff) give the joint Gaussian, whose
     ``y``-block is returned.
     """
-    _check_horizon(T)
+    T = _check_horizon(T)
     d = ref.dim
     dtype = psi.eta.dtype
     mu0 = jnp.zeros(d, dtype) if source_mean is None else source_mean
@@ -223,10 +226,10 @@ def gaussian_kl(
 ) -> Float[Array, ""]:
     r"""``KL(N(mu0, S0) || N(mu1, S1))``."""
     d = mu0.shape[0]
-    L1 = jnp.linalg.cholesky(S1)
-    A = jax.scipy.linalg.solve_triangular(L1, jnp.linalg.cholesky(S0), lower=True)
+    # A failed Cholesky factor is NaN: ``S0`` and ``S1`` must be positive definite (value check).
+    L0 = check_finite(jnp.linalg.cholesky(S0), "S0 (positive definite: its Cholesky factor)")
+    L1 = check_finite(jnp.linalg.cholesky(S1), "S1 (positive definite: its Cholesky factor)")
+    A = jax.scipy.linalg.solve_triangular(L1, L0, lower=True)
     r = jax.scipy.linalg.solve_triangular(L1, mu1 - mu0, lower=True)
-    logdet = 2.0 * (
-        jnp.sum(jnp.log(jnp.diagonal(L1))) - jnp.sum(jnp.log(jnp.diagonal(jnp.linalg.cholesky(S0))))
-    )
+    logdet = 2.0 * (jnp.sum(jnp.log(jnp.diagonal(L1))) - jnp.sum(jnp.log(jnp.diagonal(L0))))
     return 0.5 * (jnp.sum(A**2) + r @ r - d + logdet)

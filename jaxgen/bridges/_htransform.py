@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
+from ..core.checks import check_finite, check_floating
 from ._potential import AbstractClosedFormLogPotential, AbstractLogPotential
 from ._quadrature import Quadrature
 from ._reference import AbstractReference, _check_horizon
@@ -108,10 +109,22 @@ def log_h(
     References:
         Puchkin et al., arXiv 2506.03043, Section 2 (the bridge parametrised by one potential).
     """
-    _check_horizon(T)
+    T = _check_horizon(T)
     x = jnp.asarray(x)
     if x.ndim != 1 or x.shape[0] != ref.dim:
         raise ValueError(f"`x` must have shape ({ref.dim},), got {x.shape}.")
+    return _log_h(psi, ref, x, t, T, quad)
+
+
+def _log_h(
+    psi: AbstractLogPotential,
+    ref: AbstractReference,
+    x: Array,
+    t: ArrayLike,
+    T: ArrayLike,
+    quad: Quadrature | None,
+) -> Array:
+    # The body of `log_h` without its checks (the drift calls it at every solver step).
     tau = jnp.asarray(T, x.dtype) - t
     if quad is None:
         if not isinstance(psi, AbstractClosedFormLogPotential):
@@ -137,7 +150,8 @@ class DoobDrift(eqx.Module):
 
     def grad_log_h(self, t: Any, x: Float[Array, " dim"], args: Any = None) -> Float[Array, " dim"]:
         """``grad_x log h_psi(x, t)`` by autodiff through the quadrature or the closed form."""
-        return jax.grad(log_h, argnums=2)(self.psi, self.ref, x, t, self.T, self.quad)
+        # `_log_h`: the horizon was checked once by `doob_drift`, not at every solver step.
+        return jax.grad(_log_h, argnums=2)(self.psi, self.ref, x, t, self.T, self.quad)
 
     def __call__(self, t: Any, x: Float[Array, " dim"], args: Any = None) -> Float[Array, " dim"]:
         """The drift at ``(t, x)``."""
@@ -168,7 +182,7 @@ def doob_drift(
     References:
         Puchkin et al., arXiv 2506.03043; Dai Pra 1991.
     """
-    _check_horizon(T)
+    T = _check_horizon(T)
     if quad is None and not isinstance(psi, AbstractClosedFormLogPotential):
         raise TypeError(
             f"{type(psi).__name__} has no closed-form heat transform: pass a `quad` "
@@ -188,6 +202,11 @@ def drift_ess(
     """Relative effective sample size ``(sum w)^2 / (M sum w^2)`` of the self-normalised weights
     ``w_j ∝ w_j^0 exp psi(y_j)`` behind ``grad log h`` (1 = uniform; below 0.1 the drift is noisy).
     """
+    T = _check_horizon(T)
+    x = check_finite(check_floating(x, "x"), "x")
+    if x.ndim != 1 or x.shape[0] != ref.dim:
+        raise ValueError(f"`x` must have shape ({ref.dim},), got {x.shape}.")
+    t = check_finite(t, "t")
     tau = jnp.asarray(T, x.dtype) - t
     chol = jnp.sqrt(ref.cov_factor(tau)) * ref.sqrt_Sigma
     ys = ref.mean(x, tau)[None, :] + quad.nodes @ chol.T

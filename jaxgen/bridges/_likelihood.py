@@ -8,7 +8,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
 from ..core import gaussian_logpdf_chol
-from ._htransform import log_h
+from ._htransform import _log_h
 from ._potential import AbstractLogPotential
 from ._quadrature import Quadrature
 from ._reference import AbstractReference, _check_horizon
@@ -22,7 +22,19 @@ def source_bank_log_h(
     inner: Quadrature | None = None,
 ) -> Float[Array, " N"]:
     """``log h_psi(x_i, 0)`` for every source point of ``bank`` (shared by a batch of ``y``)."""
-    return jax.vmap(lambda x: log_h(psi, ref, x, 0.0, T, inner))(bank)
+    T = _check_horizon(T)
+    return _bank_log_h(psi, ref, T, bank, inner)
+
+
+def _bank_log_h(
+    psi: AbstractLogPotential,
+    ref: AbstractReference,
+    T: ArrayLike,
+    bank: Array,
+    inner: Quadrature | None,
+) -> Array:
+    # The unchecked body (the horizon checked once by the caller).
+    return jax.vmap(lambda x: _log_h(psi, ref, x, 0.0, T, inner))(bank)
 
 
 def log_terminal_density(
@@ -65,7 +77,7 @@ def log_terminal_density(
     References:
         Puchkin et al., Sample complexity of Schrödinger potential estimation, arXiv 2506.03043.
     """
-    _check_horizon(T)
+    T = _check_horizon(T)
     y = jnp.asarray(y)
     d = ref.dim
     if y.ndim != 1 or y.shape[0] != d:
@@ -80,14 +92,16 @@ def log_terminal_density(
         evals, evecs = jnp.linalg.eigh(post_cov)
         root = evecs * jnp.sqrt(jnp.clip(evals, 0.0))[None, :]
         xs = post_mean[None, :] + outer.nodes @ root.T
-        lh = jax.vmap(lambda x: log_h(psi, ref, x, 0.0, T, inner))(xs)
+        lh = jax.vmap(lambda x: _log_h(psi, ref, x, 0.0, T, inner))(xs)
         return psi(y) + log_marg + jax.nn.logsumexp(outer.log_weights - lh)
     bank = jnp.asarray(outer)
     if bank.ndim != 2 or bank.shape[1] != d:
         raise ValueError(
             f"`outer` must be a Quadrature or a (N, {d}) source bank, got {bank.shape}."
         )
-    lh = source_bank_log_h(psi, ref, T, bank, inner)
+    if bank.shape[0] == 0:
+        raise ValueError(f"`outer` must hold at least one source point, got shape {bank.shape}.")
+    lh = _bank_log_h(psi, ref, T, bank, inner)
     return _e1_from_bank(psi, ref, y, T, bank, lh)
 
 

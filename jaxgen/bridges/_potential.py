@@ -13,6 +13,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from ..core import gaussian_logpdf_chol
+from ..core.checks import check_positive_int
 from ._quadrature import weighted_points
 from ._reference import AbstractReference
 
@@ -67,6 +68,8 @@ class BoundedMLPLogPotential(AbstractLogPotential):
         """Build the potential; ``init_kappa`` is the initial quadratic coefficient (> 0)."""
         if not isinstance(dim, int) or dim < 1:
             raise ValueError(f"`dim` must be an int >= 1, got {dim!r}.")
+        check_positive_int(width, "width")
+        check_positive_int(depth, "depth", minimum=0)
         if not bound > 0:
             raise ValueError(f"`bound` must be > 0, got {bound}.")
         if not init_kappa > 0:

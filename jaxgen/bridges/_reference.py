@@ -7,11 +7,14 @@ Both references are linear with additive noise, so their transition kernels are 
 """
 
 import abc
+import math
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
+
+from ..core.checks import check_positive
 
 
 def _positive(value: ArrayLike, name: str) -> Float[Array, ""]:
@@ -25,15 +28,20 @@ def _positive(value: ArrayLike, name: str) -> Float[Array, ""]:
         concrete = float(arr)
     except jax.errors.ConcretizationTypeError:
         concrete = None
-    if concrete is not None and not concrete > 0:
-        raise ValueError(f"`{name}` must be > 0, got {concrete}.")
-    return eqx.error_if(arr, ~(arr > 0), f"`{name}` must be > 0.")
+    if concrete is not None and not (math.isfinite(concrete) and concrete > 0):
+        raise ValueError(f"`{name}` must be finite and > 0, got {concrete}.")
+    return eqx.error_if(arr, ~(jnp.isfinite(arr) & (arr > 0)), f"`{name}` must be finite and > 0.")
 
 
-def _check_horizon(T: ArrayLike, name: str = "T") -> None:
-    """Trace-time check that a Python-number horizon is positive."""
-    if isinstance(T, int | float) and not T > 0:
-        raise ValueError(f"`{name}` (the horizon) must be > 0, got {T}.")
+def _check_horizon(T: ArrayLike, name: str = "T") -> ArrayLike:
+    """The horizon must be finite and > 0: a Python number is checked now and returned as is
+    (it may be static); an array gets the value check of `check_positive` (use the result).
+    """
+    if isinstance(T, int | float) and not isinstance(T, bool):
+        if not (math.isfinite(T) and T > 0):
+            raise ValueError(f"`{name}` (the horizon) must be finite and > 0, got {T}.")
+        return T
+    return check_positive(T, name)
 
 
 class AbstractReference(eqx.Module):

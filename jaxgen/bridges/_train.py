@@ -10,10 +10,11 @@ import optax
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from ..core import FitOptions, FitResult, adamw_cosine, check_fit_options, fit, minibatches
-from ._likelihood import _e1_from_bank, source_bank_log_h
+from ..core.checks import check_nonnegative, check_positive_int
+from ._likelihood import _bank_log_h, _e1_from_bank
 from ._potential import AbstractClosedFormLogPotential, AbstractLogPotential
 from ._quadrature import monte_carlo
-from ._reference import AbstractReference, _positive
+from ._reference import AbstractReference, _check_horizon, _positive
 
 
 def check_samples(Y: Any, dim: int | None = None, name: str = "Y") -> Float[Array, "n dim"]:
@@ -82,7 +83,8 @@ class SBNLLLoss(eqx.Module):
                 raise ValueError(f"`{name}` must be an int >= 2, got {v!r}.")
         if num_inner % 2:
             raise ValueError(f"`num_inner` must be even (antithetic nodes), got {num_inner}.")
-        self.num_sources, self.num_inner, self.penalty = num_sources, num_inner, float(penalty)
+        penalty = float(check_nonnegative(penalty, "penalty"))
+        self.num_sources, self.num_inner, self.penalty = num_sources, num_inner, penalty
 
     def __call__(
         self, psi: AbstractLogPotential, batch: Float[Array, "B dim"], key: PRNGKeyArray
@@ -94,7 +96,7 @@ class SBNLLLoss(eqx.Module):
         inner = None
         if not isinstance(psi, AbstractClosedFormLogPotential):
             inner = monte_carlo(inner_key, d, self.num_inner, dtype=batch.dtype)
-        lh = source_bank_log_h(psi, self.ref, self.T, bank, inner)
+        lh = _bank_log_h(psi, self.ref, self.T, bank, inner)  # T checked in __init__
         ll = jax.vmap(lambda y: _e1_from_bank(psi, self.ref, y, self.T, bank, lh))(batch)
         centre = jnp.mean(jax.vmap(psi)(bank))
         return -jnp.mean(ll) + self.penalty * centre**2
@@ -174,7 +176,10 @@ def evaluate_nll(
 ) -> Float[Array, ""]:
     """Held-out NLL ``-mean log rho_T^psi(Y_i)`` with the E1 estimator (one bank for all ``Y``)."""
     Y = check_samples(Y, ref.dim, "Y")
-    return _evaluate_nll(key, psi, Y, ref, jnp.asarray(T, Y.dtype), num_sources, num_inner)
+    num_sources = check_positive_int(num_sources, "num_sources")
+    num_inner = check_positive_int(num_inner, "num_inner", minimum=2)
+    T = _check_horizon(jnp.asarray(T, Y.dtype))
+    return _evaluate_nll(key, psi, Y, ref, T, num_sources, num_inner)
 
 
 @eqx.filter_jit
@@ -185,6 +190,6 @@ def _evaluate_nll(key: Any, psi: Any, Y: Any, ref: Any, T: Any, N: int, M: int) 
     inner = None
     if not isinstance(psi, AbstractClosedFormLogPotential):
         inner = monte_carlo(inner_key, d, 2 * (M // 2), dtype=Y.dtype)
-    lh = source_bank_log_h(psi, ref, T, bank, inner)
+    lh = _bank_log_h(psi, ref, T, bank, inner)
     ll = jax.lax.map(lambda y: _e1_from_bank(psi, ref, y, T, bank, lh), Y, batch_size=256)
     return -jnp.mean(ll)

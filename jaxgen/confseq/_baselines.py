@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from ._betting import plugin_stats
+from ._betting import _plugin_stats
 from ._checks import check_alpha, check_weights, check_x
 
 
@@ -21,7 +21,7 @@ def _predmix_lower_path(y: Float[Array, " T"], alpha_side, compat: bool) -> Floa
     """Lower PrPl-EB CS at every t for the mean of y in [0, 1], level alpha_side (one side)."""
     T = y.shape[0]
     s = jnp.arange(1, T + 1, dtype=y.dtype)
-    mu_prev, sigma2_prev = plugin_stats(y)
+    mu_prev, sigma2_prev = _plugin_stats(y)
     log_term = jnp.log(1 / alpha_side)
     lam = jnp.minimum(jnp.sqrt(2 * log_term / (sigma2_prev * s * jnp.log1p(s))), 0.5)
     if compat:  # confseq: v uses the plain running mean, starting at 0

@@ -18,6 +18,9 @@ import jax.lax as lax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
+from ..core.checks import check_in_interval
+from ._checks import check_unit, check_x
+
 BETS = ("hedged", "agrapa", "ons")
 # The ONS step constant 2 / (2 - log 3) of Cutkosky & Orabona (2018).
 _ONS_STEP = 2.0 / (2.0 - math.log(3.0))
@@ -34,6 +37,11 @@ def plugin_stats(x: Float[Array, " T"]) -> tuple[Float[Array, " T"], Float[Array
         ``(mu_prev, sigma2_prev)``, each ``(T,)``: ``mu_hat_{s-1}`` and ``sigma2_hat_{s-1}`` for
         s = 1..T.
     """
+    return _plugin_stats(check_x(x, ndim=1))
+
+
+def _plugin_stats(x: Array) -> tuple[Array, Array]:
+    # The body of `plugin_stats` without its checks (called inside the bisections).
     n = jnp.arange(1, x.shape[0] + 1, dtype=x.dtype)
     mu = (0.5 + jnp.cumsum(x)) / (n + 1)
     sigma2 = (0.25 + jnp.cumsum((x - mu) ** 2)) / (n + 1)
@@ -56,7 +64,14 @@ def prpl_bets(
     References:
         Waudby-Smith, Ramdas (2024), section 4 (PrPl-EB bets).
     """
-    _, sigma2_prev = plugin_stats(x)
+    x = check_x(x, ndim=1)
+    alpha_b = check_in_interval(alpha_b, "alpha_b", 0.0, 1.0, closed=(False, False))
+    return _prpl_bets(x, alpha_b, c)
+
+
+def _prpl_bets(x: Array, alpha_b: Array | float, c: float = 0.5) -> Array:
+    # The body of `prpl_bets` without its checks.
+    _, sigma2_prev = _plugin_stats(x)
     s = jnp.arange(1, x.shape[0] + 1, dtype=x.dtype)
     lam = jnp.sqrt(2 * jnp.log(2 / alpha_b) / (sigma2_prev * s * jnp.log1p(s)))
     return jnp.minimum(lam, c)
@@ -72,7 +87,12 @@ def agrapa_bets(
     References:
         Waudby-Smith, Ramdas (2024), section 5.1 (approximate GRAPA).
     """
-    mu_prev, sigma2_prev = plugin_stats(x)
+    return _agrapa_bets(check_x(x, ndim=1), check_unit(m, "m"), c)
+
+
+def _agrapa_bets(x: Array, m: Array, c: float = 0.5) -> Array:
+    # The body of `agrapa_bets` without its checks (called at every bisection step).
+    mu_prev, sigma2_prev = _plugin_stats(x)
     diff = mu_prev[None, :] - m[:, None]
     lam = diff / (sigma2_prev[None, :] + diff**2)
     lo = -c / (1 - m[:, None])
@@ -89,7 +109,11 @@ def ons_bets(x: Float[Array, " T"], m: Float[Array, " M"]) -> Float[Array, "M T"
     References:
         Cutkosky, Orabona (2018), Algorithm 1 (ONS betting).
     """
+    return _ons_bets(check_x(x, ndim=1), check_unit(m, "m"))
 
+
+def _ons_bets(x: Array, m: Array) -> Array:
+    # The body of `ons_bets` without its checks (called at every bisection step).
     def step(carry, xs):
         v, a = carry
         g = xs - m
@@ -139,7 +163,7 @@ def compat_log_wealth_path(
     lambda^+ = min(lambda, 0.5/m), lambda^- = min(lambda, 0.5/(1-m)), wealth max(K^+/2, K^-/2).
     The max is a valid CS but not a martingale: never average it in a portfolio.
     """
-    lam = prpl_bets(x, alpha, c=jnp.inf)
+    lam = _prpl_bets(x, alpha, c=jnp.inf)
     g = x[None, :] - m[:, None]
     lam_p = jnp.minimum(lam[None, :], 0.5 / m[:, None])
     lam_m = jnp.minimum(lam[None, :], 0.5 / (1 - m[:, None]))
@@ -153,11 +177,11 @@ def grid_log_wealth_path(
 ) -> Float[Array, "M T"]:
     """Cumulative log-wealth paths of one coordinate on candidate means ``m`` for any bet."""
     if bet == "hedged":
-        return hedged_log_wealth_path(x, prpl_bets(x, alpha_b), m)
+        return hedged_log_wealth_path(x, _prpl_bets(x, alpha_b), m)
     if bet == "agrapa":
-        lam = agrapa_bets(x, m)
+        lam = _agrapa_bets(x, m)
     elif bet == "ons":
-        lam = ons_bets(x, m)
+        lam = _ons_bets(x, m)
     else:
         raise ValueError(f"bet must be one of {BETS}, got {bet!r}.")
     return jnp.cumsum(jnp.log1p(lam * (x[None, :] - m[:, None])), axis=1)

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from ._betting import _check_bet, hedged_log_wealth_at, plugin_stats, prpl_bets
+from ._betting import _check_bet, _plugin_stats, _prpl_bets, hedged_log_wealth_at
 from ._checks import check_alpha, check_x
 from ._intervals import cs_exact, wealth_min_lower_bound
 
@@ -23,10 +23,10 @@ def _grid_cs(x, alpha, bet: str, grid_size: int, compat: bool):
     grid = jnp.arange(grid_size + 1, dtype=x.dtype) / grid_size
     step_size = grid[1] - grid[0]
     level = 1 / alpha
-    mu_prev, sigma2_prev = plugin_stats(x)
+    mu_prev, sigma2_prev = _plugin_stats(x)
     # m-independent PrPl bets (T,); the compat mode truncates them per grid point inside the
     # step (0.5/m, 0.5/(1-m)) instead of materialising two (T, B+1) bet matrices (3x faster).
-    lam = prpl_bets(x, alpha, c=jnp.inf if compat else 0.5)
+    lam = _prpl_bets(x, alpha, c=jnp.inf if compat else 0.5)
     cap_p, cap_m = 0.5 / grid, 0.5 / (1 - grid)
     ons_step = 2.0 / (2.0 - jnp.log(3.0))
 
@@ -77,7 +77,7 @@ def _grid_cs(x, alpha, bet: str, grid_size: int, compat: bool):
 
 @jax.jit
 def _exact_cs(x, alpha):
-    lam = prpl_bets(x, alpha)
+    lam = _prpl_bets(x, alpha)
     level = -jnp.log(alpha)
     steps = jnp.arange(x.shape[0])
 

@@ -15,6 +15,9 @@ import jax.lax as lax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
+from ..core.checks import check_finite, check_in_interval
+from ._checks import check_unit
+
 _INVPHI = (math.sqrt(5.0) - 1.0) / 2.0
 GOLDEN_STEPS = 60  # 0.618^60 ~ 3e-13 <= the spec's 1e-12 tolerance
 BISECT_STEPS = 60
@@ -89,7 +92,16 @@ def cs_exact(
 
     Returns:
         ``(lower, upper, empty)``; when empty, lower = upper = center.
+
+    ``level`` must be finite and ``center`` lie in [0, 1] (value checks).
     """
+    level = check_finite(level, "level")
+    center = check_unit(center, "center")
+    return _cs_exact(f, level, center)
+
+
+def _cs_exact(f: LogWealthFn, level: Array, center: Array) -> tuple[Array, Array, Array]:
+    # The body of `cs_exact` without its checks (one call per coordinate in the regions).
     zero, one = jnp.zeros_like(center), jnp.ones_like(center)
     empty = ~(f(center) < level)
     lo = jnp.where(f(zero) < level, zero, _bisect(f, center, zero, level))
@@ -104,7 +116,31 @@ def cs_grid(
 
     Accept grid points with log-wealth < level; return [smallest - step, largest + step] clipped
     to [0, 1]; if no point is accepted, return [0, 1] (conservative).
+
+    Args:
+        log_wealth_on_grid: log-wealth at each grid point, shape ``(B,)``; ``-inf`` (zero
+            wealth) is allowed, NaN and ``+inf`` are refused.
+        grid: equally spaced candidate means in [0, 1], shape ``(B,)`` with ``B >= 2``.
+        level: the threshold ``log(1 / alpha)`` (finite).
     """
+    log_wealth_on_grid, grid = jnp.asarray(log_wealth_on_grid), jnp.asarray(grid)
+    if grid.ndim != 1 or grid.shape[0] < 2:
+        raise ValueError(f"`grid` must have shape (B,) with B >= 2, got {grid.shape}.")
+    if log_wealth_on_grid.shape != grid.shape:
+        raise ValueError(
+            f"`log_wealth_on_grid` must have the shape of `grid` {grid.shape}, "
+            f"got {log_wealth_on_grid.shape}."
+        )
+    grid = check_unit(grid, "grid")
+    level = check_finite(level, "level")
+    log_wealth_on_grid = check_in_interval(
+        log_wealth_on_grid, "log_wealth_on_grid", -math.inf, math.inf, closed=(True, False)
+    )
+    return _cs_grid(log_wealth_on_grid, grid, level)
+
+
+def _cs_grid(log_wealth_on_grid: Array, grid: Array, level: Array) -> tuple[Array, Array]:
+    # The body of `cs_grid` without its checks (one call per coordinate in the regions).
     lo, hi = cs_grid_path(log_wealth_on_grid[:, None], grid, level)
     return lo[0], hi[0]
 

@@ -29,9 +29,9 @@ import jax.random as jr
 from jax.scipy.special import gammaln, logsumexp
 from jaxtyping import Array, Bool, Float, PRNGKeyArray
 
-from ._betting import _check_bet, agrapa_bets, hedged_log_wealth_at, ons_bets, prpl_bets
+from ._betting import _agrapa_bets, _check_bet, _ons_bets, _prpl_bets, hedged_log_wealth_at
 from ._checks import check_alpha, check_m, check_weights, check_x
-from ._intervals import cs_exact, cs_grid, wealth_min_lower_bound
+from ._intervals import _cs_exact, _cs_grid, wealth_min_lower_bound
 
 KINDS = (
     "bonferroni",
@@ -54,7 +54,7 @@ def _coord_log_wealth_at(xj, lamj, m, mask, bet: str):
     """Log K^j_t(m) of one coordinate at one scalar m (exact, O(T))."""
     if bet == "hedged":
         return hedged_log_wealth_at(xj, lamj, m, mask)
-    lam = agrapa_bets(xj, m[None])[0] if bet == "agrapa" else ons_bets(xj, m[None])[0]
+    lam = _agrapa_bets(xj, m[None])[0] if bet == "agrapa" else _ons_bets(xj, m[None])[0]
     return jnp.sum(jnp.where(mask, jnp.log1p(lam * (xj - m)), 0.0))
 
 
@@ -273,7 +273,7 @@ def _prefix_mask(T: int, t) -> Bool[Array, " T"]:
 
 def _bets(x, alpha_b, bet: str):
     if bet == "hedged":
-        return jax.vmap(prpl_bets, in_axes=(1, 0), out_axes=1)(x, alpha_b)
+        return jax.vmap(_prpl_bets, in_axes=(1, 0), out_axes=1)(x, alpha_b)
     return jnp.zeros_like(x)  # m-dependent bets are recomputed at each candidate mean
 
 
@@ -290,7 +290,7 @@ def _coord_min(x, lam, mask):
 def _coord_intervals(x, lam, mask, level, center):
     def one(args):
         xj, lj, lev, c = args
-        lo, hi, emp = cs_exact(lambda m: hedged_log_wealth_at(xj, lj, m, mask), lev, c)
+        lo, hi, emp = _cs_exact(lambda m: hedged_log_wealth_at(xj, lj, m, mask), lev, c)
         return lo, hi, emp
 
     return lax.map(one, (x.T, lam.T, level, center))
@@ -301,8 +301,8 @@ def _grid_intervals(x, mask, alpha_b, level, bet: str, grid_size: int):
 
     def one(args):
         xj, lev, ab = args
-        lw = jax.vmap(lambda mm: _coord_log_wealth_at(xj, prpl_bets(xj, ab), mm, mask, bet))(grid)
-        return cs_grid(lw, grid, lev)
+        lw = jax.vmap(lambda mm: _coord_log_wealth_at(xj, _prpl_bets(xj, ab), mm, mask, bet))(grid)
+        return _cs_grid(lw, grid, lev)
 
     return lax.map(one, (x.T, level, alpha_b))
 
@@ -422,7 +422,7 @@ def _build(
         def one(args):
             xj, lj, c, sh, lev = args
             f = lambda m: hedged_log_wealth_at(xj, lj, m, mask) + sh  # noqa: E731
-            return cs_exact(f, lev, c)
+            return _cs_exact(f, lev, c)
 
         lo, hi, emp = lax.map(one, (x.T, lam.T, center, shift, level))
         return dict(lower=lo, upper=hi, empty=jnp.any(emp), **fields)
@@ -544,6 +544,10 @@ def confidence_region(
             raise ValueError(f"t must lie in [1, T] = [1, {x.shape[0]}], got {t}.")
     if any(p < 2 for p in ps):
         raise ValueError(f"ps must all be >= 2 (g grows quadratically near c_j), got {ps}.")
+    if not 0.0 <= delta < 1.0:
+        raise ValueError(f"`delta` must lie in [0, 1), got {delta}.")
+    if not 0.0 <= safety < 1.0:
+        raise ValueError(f"`safety` must lie in [0, 1), got {safety}.")
     group = _GROUPS[kind] if bet == "hedged" else "grid"
     fields = _build(
         x,

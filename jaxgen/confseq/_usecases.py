@@ -2,10 +2,12 @@
 
 from typing import NamedTuple
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
+from ..core.checks import check_finite, is_traced
 from ._checks import check_unit
 from ._coverage import excluded_path
 from ._regions import ConfidenceRegion, confidence_region
@@ -80,7 +82,10 @@ def ab_test(
     T, d = z.shape
     times = jnp.arange(1, T + 1) if times is None else jnp.asarray(times)
     null = jnp.full((d,), 0.5, z.dtype)
-    thresh = (2.0 - jnp.broadcast_to(jnp.asarray(margin, z.dtype), (d,))) / 4.0
+    margin = check_finite(jnp.asarray(margin, z.dtype), "margin")  # concrete: raises now
+    if is_traced(margin):  # tie the check to `z`: "any_changed" never reads the margin
+        z = eqx.error_if(z, ~jnp.all(jnp.isfinite(margin)), "`margin` must be finite (no NaN/inf).")
+    thresh = (2.0 - jnp.broadcast_to(margin, (d,))) / 4.0
 
     if rule == "any_changed" and kind in ("portfolio", "max_wealth", "bonferroni"):
         # exact and cheap: the wealth at the null point along the whole path

@@ -12,6 +12,8 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from ..core.checks import check_finite
+
 CORRUPTIONS = ("gaussian_noise", "salt_pepper", "blur", "contrast", "occlusion", "shift")
 
 
@@ -32,6 +34,8 @@ def corrupt(
     x = jnp.asarray(images)
     if x.ndim < 2:
         raise ValueError(f"`images` must have shape (..., H, W), got {x.shape}.")
+    # Clipping to [-1, 1] would turn an inf pixel into a plausible one.
+    x = check_finite(x, "images")
     return _corrupt(key, x, name, float(severity))
 
 

@@ -10,6 +10,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from ..core.checks import check_finite
 from ._common import MissingDataError, require_module
 
 # Latent of the convMMD code's 1-D example: 0.6 Laplace(3, sd 0.8) + 0.4 Laplace(-2, sd 1).
@@ -21,7 +22,7 @@ def laplace_mixture_1d_density(z: Float[Array, "..."]) -> Float[Array, "..."]:
     r"""Density of the latent $0.6\,\mathrm{Laplace}(3, b=0.8/\sqrt2) + 0.4\,\mathrm{Laplace}(-2,
     b=1/\sqrt2)$ (Laplace scale b = sd / sqrt 2), elementwise.
     """
-    z = jnp.asarray(z)
+    z = check_finite(z, "z")
     out = jnp.zeros_like(z, dtype=jnp.result_type(z.dtype, float))
     for w, mu, sd in _LAPLACE_MIX:
         b = sd / math.sqrt(2.0)

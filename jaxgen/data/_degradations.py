@@ -24,6 +24,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from ..core.checks import check_nonnegative, check_positive_int
 from ._common import require_module
 from ._images import load_sample_images
 
@@ -125,7 +126,16 @@ def gaussian_kernel_1d(sigma: Float[Array, ""], radius: int) -> Float[Array, " K
 
     ``sigma`` may be traced (it is random in `degrade`); ``sigma = 0`` gives the identity kernel
     (a unit impulse) exactly, not 0/0.
+
+    Raises:
+        ValueError: for a negative ``radius``; ``sigma`` must be finite and >= 0 (a value check).
     """
+    radius = check_positive_int(radius, "radius", minimum=0)
+    return _gaussian_kernel_1d(check_nonnegative(sigma, "sigma"), radius)
+
+
+def _gaussian_kernel_1d(sigma: Array, radius: int) -> Array:
+    # The body of `gaussian_kernel_1d` without its checks (`degrade` draws a valid sigma).
     sigma = jnp.asarray(sigma)
     offsets = jnp.arange(-radius, radius + 1, dtype=sigma.dtype)
     safe = jnp.where(sigma > 0, sigma, jnp.ones_like(sigma))
@@ -137,7 +147,7 @@ def gaussian_kernel_1d(sigma: Float[Array, ""], radius: int) -> Float[Array, " K
 
 def _blur(x: Float[Array, "H W C"], sigma: Float[Array, ""], radius: int) -> Float[Array, "H W C"]:
     """Separable Gaussian blur with reflect padding, as two gathers and two weighted sums."""
-    kernel = gaussian_kernel_1d(jnp.asarray(sigma, x.dtype), radius)
+    kernel = _gaussian_kernel_1d(jnp.asarray(sigma, x.dtype), radius)
     rows = _reflect_index(x.shape[0], radius)
     cols = _reflect_index(x.shape[1], radius)
     x = jnp.einsum("k,hkwc->hwc", kernel, x[rows])
@@ -280,6 +290,8 @@ def upsample(
         The upsampled image, shape ``(H, W) + lr.shape[2:]``, dtype of ``lr``.
     """
     lr = _check_image("lr", lr)
+    if lr.shape[0] == 0 or lr.shape[1] == 0:
+        raise ValueError(f"`lr` must have at least one pixel, got shape {lr.shape}.")
     if method not in UPSAMPLE_METHODS:
         raise ValueError(f"`method` must be one of {UPSAMPLE_METHODS}, got {method!r}.")
     shape = tuple(int(s) for s in shape)

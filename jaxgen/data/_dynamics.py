@@ -16,6 +16,7 @@ import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from ..core import solve_ode
+from ..core.checks import check_positive_int
 
 PENDULUM_DOF = 16
 PENDULUM_G = 9.81
@@ -42,6 +43,9 @@ def coupled_pendulum_field(t, x: Float[Array, " dim"], args) -> Float[Array, " d
         t: time (unused: autonomous).
         x: state ``(theta, theta_dot)``, shape ``(2n,)``.
         args: ``(kappa, lengths (n,), g, zeta)``.
+
+    No argument is checked: this is an ODE vector field, evaluated at every solver step
+    (`jaxgen.core.solve_ode` checks the initial state).
     """
     kappa, lengths, g, zeta = args
     n = x.shape[0] // 2
@@ -53,7 +57,11 @@ def coupled_pendulum_field(t, x: Float[Array, " dim"], args) -> Float[Array, " d
 
 
 def lorenz96_field(t, x: Float[Array, " N"], args) -> Float[Array, " N"]:
-    r""":math:`\dot x_i = (x_{i+1} - x_{i-2}) x_{i-1} - x_i + F` (cyclic indices); ``args`` = F."""
+    r""":math:`\dot x_i = (x_{i+1} - x_{i-2}) x_{i-1} - x_i + F` (cyclic indices); ``args`` = F.
+
+    ``t`` is unused (autonomous). No argument is checked: this is an ODE vector field, evaluated
+    at every solver step (`jaxgen.core.solve_ode` checks the initial state).
+    """
     F = args
     return (jnp.roll(x, -1) - jnp.roll(x, 2)) * jnp.roll(x, 1) - x + F
 
@@ -142,7 +150,16 @@ def pendulum_manifold_dataset(
 
 
 def lorenz96_eigenplane(N: int, k: int = 2) -> tuple[np.ndarray, np.ndarray]:
-    """Real and imaginary parts (unit norm) of the Fourier mode ``k`` of the cyclic chain."""
+    """Real and imaginary parts (unit norm) of the Fourier mode ``k`` of the cyclic chain.
+
+    Raises:
+        ValueError: unless ``N >= 3`` and ``1 <= k < N / 2`` (at ``k = 0`` or ``k = N / 2`` the
+            imaginary part vanishes and the mode spans no plane).
+    """
+    N = check_positive_int(N, "N", minimum=3)
+    k = check_positive_int(k, "k")
+    if not 2 * k < N:
+        raise ValueError(f"`k` must be an int in [1, N/2) = [1, {N / 2}), got {k}.")
     i = np.arange(N)
     w = 2 * np.pi * k / N
     q_re, q_im = np.cos(w * i), np.sin(w * i)

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
 from ..core import RESULTS, iterate
-from ..core.checks import check_module
+from ..core.checks import check_module, check_positive_int
 from ._noise import AbstractNoiseModel, check_observations, check_scales
 
 
@@ -221,6 +221,7 @@ def deconv_kde(
         Stefanski & Carroll (1990); Delaigle & Meister, JASA 103 (2008).
     """
     noise = _check_noise(noise)
+    num_t = check_positive_int(num_t, "num_t", minimum=2)
     x, scales = jnp.asarray(x), jnp.asarray(scales)
     if x.ndim == 2 and x.shape[1] == 1:
         x = x[:, 0]

@@ -25,7 +25,7 @@ import jax.random as jr
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from ..core import check_kernel, kernel_gram, mmd2_from_grams, pairwise_sq_dists
-from ..core.checks import check_module
+from ..core.checks import check_module, check_nonnegative, check_positive
 from ._noise import (
     AbstractNoiseModel,
     GaussianNoise,
@@ -67,11 +67,11 @@ def gaussian_conv_kernel(
     """
     if z.ndim != 2 or z2.ndim != 2 or z.shape[1] != z2.shape[1]:
         raise ValueError(f"`z` and `z2` must be (n, dim), (m, dim), got {z.shape}, {z2.shape}.")
-    v = jnp.asarray(bandwidth, z.dtype) ** 2 + 2.0 * jnp.asarray(noise_sd, z.dtype) ** 2
+    bandwidth = check_positive(jnp.asarray(bandwidth, z.dtype), "bandwidth")
+    noise_sd = check_nonnegative(jnp.asarray(noise_sd, z.dtype), "noise_sd")
+    v = bandwidth**2 + 2.0 * noise_sd**2
     d = z.shape[1]
-    return (jnp.asarray(bandwidth, z.dtype) ** 2 / v) ** (d / 2) * jnp.exp(
-        -pairwise_sq_dists(z, z2) / (2.0 * v)
-    )
+    return (bandwidth**2 / v) ** (d / 2) * jnp.exp(-pairwise_sq_dists(z, z2) / (2.0 * v))
 
 
 def quantile_bandwidths(

@@ -11,6 +11,7 @@ References:
     MDLM: Sahoo et al., arXiv 2406.07524; GIDD: von Ruette et al., arXiv 2503.04482.
 """
 
+import math
 from typing import Any
 
 import equinox as eqx
@@ -19,7 +20,7 @@ import jax.numpy as jnp
 from jax.scipy.special import xlogy
 from jaxtyping import Array, ArrayLike, Float, Int
 
-from ..core.checks import check_module
+from ..core.checks import check_in_interval, check_module, check_nonnegative
 from ._schedules import AbstractSchedule, InterpolatingSchedule, check_time, check_tokens
 
 NEG = -1e9  # finite "minus infinity" for excluded jump logits (an all -inf row gives NaN)
@@ -134,10 +135,23 @@ def poisson_kl(
     return cross - rate + jnp.exp(log_model)
 
 
+def _no_nan_or_posinf(x: ArrayLike, name: str) -> Array:
+    # Log-probabilities and log-scores: ``-inf`` (probability 0) is valid, NaN and ``+inf`` not.
+    return check_in_interval(x, name, -math.inf, math.inf, closed=(True, False))
+
+
 def categorical_kl(
     probs: Float[ArrayLike, "*shape S"], log_probs_model: Float[ArrayLike, "*shape S"]
 ) -> Float[Array, "*shape"]:
-    """``KL(p || q) = sum_y p_y (log p_y - log q_y)`` over the last axis (``0 log 0 = 0``)."""
+    """``KL(p || q) = sum_y p_y (log p_y - log q_y)`` over the last axis (``0 log 0 = 0``).
+
+    ``probs`` must be finite and >= 0 (a value check); the losses call the unchecked body.
+    """
+    return _categorical_kl(check_nonnegative(probs, "probs"), log_probs_model)
+
+
+def _categorical_kl(probs: ArrayLike, log_probs_model: ArrayLike) -> Array:
+    # The body of `categorical_kl` without its check (the losses build valid ``probs``).
     p, logq = jnp.asarray(probs), jnp.asarray(log_probs_model)
     safe = jnp.where(p > 0, logq, 0.0)
     return jnp.sum(xlogy(p, p) - jnp.where(p > 0, p * safe, 0.0), axis=-1)
@@ -161,9 +175,21 @@ def path_kl(
 
     Returns:
         ``D`` per position (L,), ``>= 0``.
+
+    ``rate`` and ``jump_probs`` must be finite and >= 0 (value checks); the losses call the
+    unchecked body.
     """
+    rate = check_nonnegative(rate, "rate")
+    jump_probs = check_nonnegative(jump_probs, "jump_probs")
+    return _path_kl(rate, jump_probs, log_rate_model, log_jump_model)
+
+
+def _path_kl(
+    rate: ArrayLike, jump_probs: ArrayLike, log_rate_model: ArrayLike, log_jump_model: ArrayLike
+) -> Array:
+    # The body of `path_kl` without its checks (the losses build valid rates).
     rate = jnp.asarray(rate)
-    cat = categorical_kl(jump_probs, log_jump_model)
+    cat = _categorical_kl(jump_probs, log_jump_model)
     return poisson_kl(rate, log_rate_model) + jnp.where(rate > 0, rate * cat, 0.0)
 
 
@@ -222,10 +248,14 @@ def rates_from_score(
     ``R_theta(z -> y) = rho_t(z) s_y`` (SEDD), so ``lambda_theta = rho_t(z) sum_{y != z} s_y`` and
     ``pi_theta = s / sum_{y != z} s`` on ``y != z``.
 
+    ``log_score`` must be free of NaN and ``+inf`` (a value check: the entry at ``z`` is not
+    read, so a NaN there would otherwise vanish).
+
     Returns:
         ``(log_exit_rate (L,), log_jump_probs (L, V))``.
     """
     z, log_score = _check_per_token_logits(schedule, z, log_score, "log_score")
+    log_score = _no_nan_or_posinf(log_score, "log_score")
     _, _, _, rho_z, onehot = _rates_at(schedule, z, t)
     log_tot = _log_not(log_score, onehot)
     active = rho_z > 0
@@ -253,13 +283,15 @@ def gidd_integrand(
     """
     if weighting not in ("elbo", "clip", "dynamic"):
         raise ValueError(f"`weighting` must be 'elbo', 'clip' or 'dynamic', got {weighting!r}.")
+    if not (math.isfinite(max_weight) and max_weight > 0):
+        raise ValueError(f"`max_weight` must be finite and > 0, got {max_weight}.")
     _check_schedule(schedule)
     x, z = _check_pair(jnp.asarray(x), jnp.asarray(z), schedule)
     alpha, mix, _, rho_z, onehot = _rates_at(schedule, z, t)
     v = schedule.vocab_size
     logq = jnp.log(alpha * jax.nn.one_hot(x, v, dtype=mix.dtype) + mix[None, :])
     logq_hat = jnp.logaddexp(jnp.log(alpha) + jnp.asarray(log_x0), jnp.log(mix)[None, :])
-    kl = categorical_kl(jnp.exp(logq), logq_hat)
+    kl = _categorical_kl(jnp.exp(logq), logq_hat)
     log_r = jnp.sum(jnp.where(onehot, logq, 0.0), axis=-1) - jnp.sum(
         jnp.where(onehot, logq_hat, 0.0), axis=-1
     )
@@ -289,6 +321,9 @@ def score_entropy(
     """SEDD's denoising score entropy per position (``>= 0``).
 
     sum_{y != z} rho_t(z) [ s_y - a_y log s_y + a_y (log a_y - 1) ],   a_y = q_t(y|x)/q_t(z|x).
+
+    ``log_score`` must be free of NaN and ``+inf`` (a value check: the entry at ``z`` is masked
+    out of the sum, so a NaN there would otherwise vanish).
     """
     _check_schedule(schedule)
     x, z = _check_pair(jnp.asarray(x), jnp.asarray(z), schedule)
@@ -296,7 +331,7 @@ def score_entropy(
     logq = jnp.log(alpha * jax.nn.one_hot(x, schedule.vocab_size, dtype=mix.dtype) + mix[None, :])
     log_a = logq - jnp.sum(jnp.where(onehot, logq, 0.0), axis=-1)[:, None]
     a = jnp.exp(log_a)
-    log_s = jnp.asarray(log_score)
+    log_s = _no_nan_or_posinf(log_score, "log_score")
     term = (
         jnp.exp(log_s)
         - jnp.where(a > 0, a * log_s, 0.0)
@@ -315,11 +350,14 @@ def mdlm_integrand(
     """MDLM's weighted cross-entropy: ``-alpha_t'/(1 - alpha_t) (-log x_hat(x))`` at masks.
 
     Masked schedule only (``1/t`` weight for ``alpha_t = 1 - t``); zero on unmasked tokens.
+    ``log_x0`` must be free of NaN and ``+inf`` (a value check: only the entries of the clean
+    tokens at masked positions are read, so a NaN elsewhere would otherwise vanish).
     """
     _check_schedule(schedule)
     _require_kind(schedule, "MDLM", "masked")
     x, z = _check_pair(jnp.asarray(x), jnp.asarray(z), schedule)
     alpha, _, sigma, _ = schedule.rates(check_time(t))
     weight = sigma * alpha / (1 - alpha)
-    nll = -jnp.take_along_axis(jnp.asarray(log_x0), x[:, None], axis=-1)[:, 0]
+    log_x0 = _no_nan_or_posinf(log_x0, "log_x0")
+    nll = -jnp.take_along_axis(log_x0, x[:, None], axis=-1)[:, 0]
     return jnp.where(z == schedule.mask_id, weight * nll, 0.0)

@@ -20,11 +20,11 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from ._ctmc import (
     _check_schedule,
+    _path_kl,
     _require_kind,
     conditional_targets,
     gidd_integrand,
     mdlm_integrand,
-    path_kl,
     score_entropy,
 )
 from ._models import AbstractRateModel, check_rate_model, model_log_x0, model_rates
@@ -79,7 +79,7 @@ def _path_integrand(parameterization: str) -> Integrand:
     def integrand(model, schedule, x, z, t):
         log_lam, log_pi = model_rates(model, schedule, z, t, parameterization)
         log_star, pi_star = conditional_targets(schedule, x, z, t)
-        return path_kl(jnp.exp(log_star), pi_star, log_lam, log_pi)
+        return _path_kl(jnp.exp(log_star), pi_star, log_lam, log_pi)
 
     return integrand
 

@@ -11,6 +11,7 @@ References:
     arXiv 2205.14987; Gillespie, J. Phys. Chem. 81 (1977).
 """
 
+import math
 from collections.abc import Callable
 
 import equinox as eqx
@@ -20,6 +21,7 @@ import jax.random as jr
 from jax import lax
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
+from ..core.checks import check_in_interval, check_positive
 from ._ctmc import NEG, _check_schedule
 from ._models import PARAMETERIZATIONS, AbstractRateModel, check_rate_model, model_rates
 from ._random import categorical, uniform
@@ -58,7 +60,19 @@ def jump_step(
 
     Acts on one sequence or a batch (leading axes) with one key: the random bits are drawn in one
     go.
+
+    ``h`` must be finite and > 0 and ``log_pi`` free of NaN and ``+inf`` (value checks; the
+    samplers call the body without them, with their own grid's ``h``).
     """
+    h = check_positive(h, "h")
+    log_pi = check_in_interval(log_pi, "log_pi", -math.inf, math.inf, closed=(True, False))
+    return _jump_step(key, z, log_lam, log_pi, h, method)
+
+
+def _jump_step(
+    key: PRNGKeyArray, z: Array, log_lam: Array, log_pi: Array, h: Array | float, method: str
+) -> Array:
+    # The body of `jump_step` (the exit-rate check only; called at every sampler step).
     log_lam, log_pi = _check_rates(log_lam, log_pi)
     kf, ky = jr.split(key)
     rate = h * jnp.exp(log_lam)
@@ -179,7 +193,7 @@ def _sample_rates(key, rate_fn, schedule, num, length, steps, method, t_eps, max
         # one network call for the batch, then one draw of random bits for all positions
         log_lam, log_pi = jax.vmap(rate_fn, in_axes=(0, None))(z, t)
         k_step, k_fill = jr.split(key_i)
-        stepped = jump_step(k_step, z, log_lam, log_pi, h, method)
+        stepped = _jump_step(k_step, z, log_lam, log_pi, h, method)
         if not fill_in_loop:
             return stepped
         return jnp.where(i == steps, _fill_masks(k_fill, z, log_pi, schedule), stepped)

@@ -16,6 +16,7 @@ References:
 
 import abc
 import functools as ft
+import math
 from collections.abc import Callable
 from typing import Any, NamedTuple, Unpack
 
@@ -27,20 +28,36 @@ import optax
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
 from ..core import FitOptions, FitResult, check_fit_options, fit, minibatches
-from ..core.checks import check_module
+from ..core.checks import check_finite, check_module, check_positive_int
 
 MODES = ("additive", "convex")
 
 
 def energy_marginal(logits: Float[ArrayLike, "... C"]) -> Float[Array, "..."]:
-    """``E(x) = -logsumexp_y f(x)_y`` over the last axis (stable), any leading axes."""
-    return -jax.nn.logsumexp(jnp.asarray(logits), axis=-1)
+    """``E(x) = -logsumexp_y f(x)_y`` over the last axis (stable), any leading axes.
+
+    Raises:
+        ValueError: when ``logits`` has no class axis or no classes (``C = 0``).
+    """
+    logits = jnp.asarray(logits)
+    if logits.ndim < 1 or logits.shape[-1] < 1:
+        raise ValueError(f"`logits` must have shape (..., C) with C >= 1, got {logits.shape}.")
+    return -jax.nn.logsumexp(logits, axis=-1)
 
 
 def energy_joint(
     logits: Float[ArrayLike, "... C"], y: Int[ArrayLike, "..."]
 ) -> Float[Array, "..."]:
-    """``E(x, y) = -f(x)_y``; ``y`` has the leading shape of ``logits``."""
+    """``E(x, y) = -f(x)_y``; ``y`` has the leading shape of ``logits``.
+
+    ``logits`` must be finite (a value check: an inf elsewhere in a row would otherwise go
+    unnoticed); the JEM loss calls the body without it (its loss is checked as a whole).
+    """
+    return _energy_joint(check_finite(logits, "logits"), y)
+
+
+def _energy_joint(logits: ArrayLike, y: ArrayLike) -> Array:
+    # The body of `energy_joint` (shape and label checks only).
     logits, y = jnp.asarray(logits), jnp.asarray(y)
     if y.shape != logits.shape[:-1]:
         raise ValueError(f"`y` must have shape {logits.shape[:-1]}, got {y.shape}.")
@@ -117,6 +134,14 @@ class ReplayBuffer(eqx.Module):
     num_classes: int | None = eqx.field(static=True)
     low: float = eqx.field(static=True)
     high: float = eqx.field(static=True)
+
+    def __check_init__(self):
+        if not (math.isfinite(self.low) and math.isfinite(self.high) and self.low < self.high):
+            raise ValueError(
+                f"`low` and `high` must be finite with low < high, got {self.low} and {self.high}."
+            )
+        if self.num_classes is not None:
+            check_positive_int(self.num_classes, "num_classes")
 
     def sample(
         self,
@@ -234,7 +259,7 @@ def jem_loss(
     check_module(model, AbstractClassifier, "model")
     _check_config(config)
     logits = jax.vmap(model)(x)
-    ce = jnp.mean(energy_joint(logits, y) - energy_marginal(logits))
+    ce = jnp.mean(_energy_joint(logits, y) - energy_marginal(logits))
     e_pos = energy_marginal(logits)
     e_neg = energy_marginal(jax.vmap(model)(jax.lax.stop_gradient(x_neg)))
     gen = jnp.mean(e_pos) - jnp.mean(e_neg)
@@ -352,6 +377,10 @@ class MLPClassifier(AbstractClassifier):
     def __init__(
         self, in_dim: int, num_classes: int, *, width: int = 256, depth: int = 2, key: PRNGKeyArray
     ):
+        check_positive_int(in_dim, "in_dim")
+        check_positive_int(num_classes, "num_classes")
+        check_positive_int(width, "width")
+        check_positive_int(depth, "depth", minimum=0)
         sizes = [in_dim] + [width] * depth + [num_classes]
         keys = jr.split(key, len(sizes) - 1)
         self.layers = tuple(
@@ -378,6 +407,8 @@ class ConvClassifier(AbstractClassifier):
     side: int = eqx.field(static=True)
 
     def __init__(self, num_classes: int, *, side: int = 8, key: PRNGKeyArray):
+        check_positive_int(num_classes, "num_classes")
+        check_positive_int(side, "side")
         k1, k2, k3 = jr.split(key, 3)
         self.conv1 = eqx.nn.Conv2d(1, 32, 3, padding=1, key=k1)
         self.conv2 = eqx.nn.Conv2d(32, 64, 3, padding=1, key=k2)

@@ -10,6 +10,8 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from ..core.checks import check_finite, check_positive_int
+
 
 def monotone_tanh(
     params: Float[Array, " q"], x: Float[Array, ""], num_units: int
@@ -20,7 +22,28 @@ def monotone_tanh(
     params = (alpha, beta, eta_1..K, omega_1..K, delta_1..K), q = 2 + 3K. Since
     |tanh eta_k| < 1, S'(x) >= e^alpha (1 - sum_k |tanh eta_k| / K) > 0, so S is a C^infinity
     bijection of R; eta = 0 and alpha = beta = 0 give the identity.
+
+    Raises:
+        ValueError: unless ``params`` has shape ``(2 + 3 num_units,)``; ``params`` and ``x`` must
+            be finite (value checks; the flows call the body without them).
     """
+    num_units = check_positive_int(num_units, "num_units")
+    params = _check_params(params, num_units)
+    return _monotone_tanh(params, check_finite(x, "x"), num_units)
+
+
+def _check_params(params: Array, num_units: int) -> Array:
+    params = jnp.asarray(params)
+    if params.shape != (2 + 3 * num_units,):
+        raise ValueError(
+            f"`params` must have shape (2 + 3 num_units,) = ({2 + 3 * num_units},), "
+            f"got {params.shape}."
+        )
+    return check_finite(params, "params")
+
+
+def _monotone_tanh(params: Array, x: Array, num_units: int) -> tuple[Array, Array]:
+    # The body of `monotone_tanh` (called per coordinate and per Newton iteration).
     k = num_units
     alpha, beta = params[0], params[1]
     eta, omega, delta = params[2 : 2 + k], params[2 + k : 2 + 2 * k], params[2 + 2 * k : 2 + 3 * k]
@@ -41,7 +64,17 @@ def monotone_tanh_inverse(
     M = max_k e^{-omega_k} >= |(1/K) sum_k tanh(eta_k) e^{-omega_k} tanh(.)|. A Newton step
     that leaves the bracket is replaced by bisection, so the iteration always converges.
     No gradient is meant to flow through it (used for sampling).
+
+    ``params`` (shape ``(2 + 3 num_units,)``) and ``z`` are checked as in `monotone_tanh`.
     """
+    num_units = check_positive_int(num_units, "num_units")
+    num_iters = check_positive_int(num_iters, "num_iters")
+    params = _check_params(params, num_units)
+    return _monotone_tanh_inverse(params, check_finite(z, "z"), num_units, num_iters)
+
+
+def _monotone_tanh_inverse(params: Array, z: Array, num_units: int, num_iters: int) -> Array:
+    # The body of `monotone_tanh_inverse` (called per coordinate by the flow).
     k = num_units
     omega = params[2 + k : 2 + 2 * k]
     x0 = (z - params[1]) * jnp.exp(-params[0])
@@ -50,7 +83,7 @@ def monotone_tanh_inverse(
 
     def body(_: Array, state: tuple[Array, Array, Array]) -> tuple[Array, Array, Array]:
         x, lo, hi = state
-        s, log_d = monotone_tanh(params, x, k)
+        s, log_d = _monotone_tanh(params, x, k)
         f = s - z
         lo = jnp.where(f < 0, x, lo)
         hi = jnp.where(f >= 0, x, hi)
@@ -136,7 +169,7 @@ class ConditionalMonotoneTanh(eqx.Module):
         if x.shape != (self.dim,):
             raise ValueError(f"`x` must have shape ({self.dim},), got {x.shape}.")
         params = self._params(condition)
-        z, logd = jax.vmap(monotone_tanh, in_axes=(0, 0, None))(params, x, self.num_units)
+        z, logd = jax.vmap(_monotone_tanh, in_axes=(0, 0, None))(params, x, self.num_units)
         return z, jnp.sum(logd)
 
     def inverse(
@@ -146,7 +179,9 @@ class ConditionalMonotoneTanh(eqx.Module):
         if z.shape != (self.dim,):
             raise ValueError(f"`z` must have shape ({self.dim},), got {z.shape}.")
         params = self._params(condition)
-        return jax.vmap(monotone_tanh_inverse, in_axes=(0, 0, None))(params, z, self.num_units)
+        return jax.vmap(_monotone_tanh_inverse, in_axes=(0, 0, None, None))(
+            params, z, self.num_units, 40
+        )
 
 
 class ConditionalAffineCoupling(eqx.Module):
@@ -177,6 +212,9 @@ class ConditionalAffineCoupling(eqx.Module):
     ):
         if not isinstance(dim, int) or dim < 2:
             raise ValueError(f"`dim` must be an int >= 2 for a coupling, got {dim!r}.")
+        check_positive_int(cond_dim, "cond_dim", minimum=0)
+        check_positive_int(width, "width")
+        check_positive_int(depth, "depth", minimum=0)
         split = dim // 2 if split is None else split
         if not 1 <= split < dim:
             raise ValueError(f"`split` must be in [1, {dim - 1}], got {split}.")

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 from jax.scipy.special import ndtr, ndtri
 from jaxtyping import Array, Float
 
+from ..core.checks import check_finite, check_in_interval, check_nonnegative, check_positive
 from ._interpolants import MixtureInterpolantVelocity
 from ._straightness import euler_pushforward
 
@@ -30,7 +31,19 @@ def mixture_quantiles_1d(
 
     ``num_bisections`` halvings of a bracket 12 scales wide around the components: 100 reach
     float64 resolution.
+
+    ``levels`` must lie in (0, 1), ``weights`` be finite and >= 0, ``means`` finite and ``scales``
+    finite and > 0 (value checks); ``weights``, ``means`` and ``scales`` share one shape (K,).
     """
+    levels = check_in_interval(levels, "levels", 0.0, 1.0, closed=(False, False))
+    weights = check_nonnegative(weights, "weights")
+    means = check_finite(means, "means")
+    scales = check_positive(scales, "scales")
+    if not (weights.ndim == 1 and weights.shape == means.shape == scales.shape):
+        raise ValueError(
+            "`weights`, `means` and `scales` must share one shape (K,), got "
+            f"{weights.shape}, {means.shape} and {scales.shape}."
+        )
     lower = jnp.full_like(levels, jnp.min(means - 12 * scales))
     upper = jnp.full_like(levels, jnp.max(means + 12 * scales))
 

@@ -10,10 +10,14 @@ References:
     Durkan, Bekasov, Murray, Papamakarios, Neural Spline Flows, NeurIPS 2019 (eqs. 4-8).
 """
 
+import math
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
+
+from ..core.checks import check_finite, check_positive_int
 
 _MIN_BIN = 1e-3
 _MIN_DERIV = 1e-3
@@ -71,7 +75,30 @@ def rq_spline(
 
     Returns:
         (y, log|dy/dx|) of the map evaluated (for ``inverse=True``, log|dx/dy| of the inverse).
+
+    Raises:
+        ValueError: for ``num_bins < 1``, ``params`` not of shape ``(3K - 1,)``, or a
+            ``tail_bound`` or ``max_derivative`` that is not finite and > 0; ``params`` and ``x``
+            must be finite (value checks; the spline flow calls the body without them).
     """
+    num_bins = check_positive_int(num_bins, "num_bins")
+    params = jnp.asarray(params)
+    if params.shape != (3 * num_bins - 1,):
+        raise ValueError(
+            f"`params` must have shape (3 num_bins - 1,) = ({3 * num_bins - 1},), "
+            f"got {params.shape}."
+        )
+    for name, v in (("tail_bound", tail_bound), ("max_derivative", max_derivative)):
+        if not (math.isfinite(v) and v > 0):
+            raise ValueError(f"`{name}` must be finite and > 0, got {v}.")
+    params, x = check_finite(params, "params"), check_finite(x, "x")
+    return _rq_spline(params, x, num_bins, tail_bound, max_derivative, inverse)
+
+
+def _rq_spline(
+    params: Array, x: Array, num_bins: int, tail_bound: float, max_derivative: float, inverse: bool
+) -> tuple[Array, Array]:
+    # The body of `rq_spline` (called per coordinate by the spline flow).
     xs, ys, ds = _knots(params, num_bins, tail_bound, max_derivative)
     inside = jnp.abs(x) < tail_bound
     xc = jnp.clip(x, -tail_bound, tail_bound)
@@ -162,14 +189,7 @@ class SplineAutoregressive(eqx.Module):
         return self.mlp(jnp.concatenate([u * mask, onehot]))
 
     def _spline(self, params: Array, x: Array, inverse: bool) -> tuple[Array, Array]:
-        return rq_spline(
-            params,
-            x,
-            num_bins=self.num_bins,
-            tail_bound=self.tail_bound,
-            max_derivative=self.max_derivative,
-            inverse=inverse,
-        )
+        return _rq_spline(params, x, self.num_bins, self.tail_bound, self.max_derivative, inverse)
 
     def transform_and_log_det(
         self, u: Float[Array, " dim"]

@@ -14,11 +14,20 @@ from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from jaxgen.flows import ConditionalMonotoneTanh, ConditionalSmoothCouplingFlow
 
-from ._models import AbstractDiffusionModel
+from ..core.checks import check_module
+from ._models import AbstractDiffusionModel, _check_time
 
 
 def to_y(model: AbstractDiffusionModel, x: Float[Array, " dim"]) -> Float[Array, " dim"]:
-    """Y = phi(x): log on the positive coordinates, identity elsewhere."""
+    """Y = phi(x): log on the positive coordinates, identity elsewhere.
+
+    ``x`` must be > 0 on the model's positive coordinates (`check_state`, a value check).
+    """
+    return _to_y(model, model.check_state(x, "x"))
+
+
+def _to_y(model: AbstractDiffusionModel, x: Array) -> Array:
+    # The body of `to_y` (the flow density calls it on checked states).
     return jnp.where(
         jnp.asarray(model.positive), jnp.log(jnp.where(jnp.asarray(model.positive), x, 1.0)), x
     )
@@ -30,7 +39,15 @@ def from_y(model: AbstractDiffusionModel, y: Float[Array, " dim"]) -> Float[Arra
 
 
 def log_abs_det_jphi(model: AbstractDiffusionModel, x: Float[Array, " dim"]) -> Float[Array, ""]:
-    """log|det d phi / dx| = -sum of log x over the positive coordinates."""
+    """log|det d phi / dx| = -sum of log x over the positive coordinates.
+
+    ``x`` must be > 0 on the model's positive coordinates (`check_state`, a value check).
+    """
+    return _log_abs_det_jphi(model, model.check_state(x, "x"))
+
+
+def _log_abs_det_jphi(model: AbstractDiffusionModel, x: Array) -> Array:
+    # The body of `log_abs_det_jphi` (the flow density calls it on checked states).
     mask = jnp.asarray(model.positive)
     return -jnp.sum(jnp.where(mask, jnp.log(jnp.where(mask, x, 1.0)), 0.0))
 
@@ -46,13 +63,28 @@ def frozen_gaussian_reference(
     Coefficients in y (Itô): b^y_k = grad phi_k . b + 1/2 tr(a hess phi_k), a^y = J a J^T,
     frozen at x0: m(t) = y0 + t b^y(x0), L(t) = sqrt(t) chol(a^y(x0)). It tends to the Dirac
     delta at y0 as t -> 0 and is exact to first order in t.
+
+    ``x0`` (`check_state`), ``lam`` (`check_params`) and ``t`` (finite and > 0) are checked;
+    the flow density calls the body without the checks.
     """
+    check_module(model, AbstractDiffusionModel, "model")
+    x0 = model.check_state(x0, "x0")
+    if x0.shape != (model.dim,):
+        raise ValueError(f"`x0` must have shape ({model.dim},), got {x0.shape}.")
+    lam = model.check_params(lam)
+    return _frozen_gaussian_reference(model, x0, lam, _check_time(t))
+
+
+def _frozen_gaussian_reference(
+    model: AbstractDiffusionModel, x0: Array, lam: Array, t: ArrayLike
+) -> tuple[Array, Array]:
+    # The body of `frozen_gaussian_reference` (called for every transition density).
     mask = jnp.asarray(model.positive)
     b, a = model.drift(x0, lam), model.diffusion(x0, lam)
     inv = jnp.where(mask, 1.0 / jnp.where(mask, x0, 1.0), 1.0)  # diagonal of J phi
     by = jnp.where(mask, b * inv - 0.5 * jnp.diag(a) * inv**2, b)
     ay = inv[:, None] * a * inv[None, :]
-    return to_y(model, x0) + t * by, jnp.sqrt(t) * jnp.linalg.cholesky(ay)
+    return _to_y(model, x0) + t * by, jnp.sqrt(t) * jnp.linalg.cholesky(ay)
 
 
 class TransitionFlow(eqx.Module):
@@ -124,6 +156,8 @@ class TransitionFlow(eqx.Module):
                 f"`box_lo` and `box_hi` must have shape ({q},) for c = (x0, lam), "
                 f"got {len(lo)} and {len(hi)} entries."
             )
+        if not all(math.isfinite(v) for v in lo + hi):
+            raise ValueError(f"`box_lo` and `box_hi` must be finite, got {lo} and {hi}.")
         if not all(h > l_ for l_, h in zip(lo, hi, strict=True)):
             raise ValueError(f"`box_hi` must exceed `box_lo` entrywise, got {lo} and {hi}.")
         logf = tuple(model.positive) + tuple(v > 0 for v in lo[model.dim :])
@@ -183,15 +217,15 @@ class TransitionFlow(eqx.Module):
         if x.shape != (d,) or x0.shape != (d,):
             raise ValueError(f"`x` and `x0` must have shape ({d},), got {x.shape} and {x0.shape}.")
         t = jnp.asarray(t, dtype=x.dtype)
-        m, chol = frozen_gaussian_reference(self.model, x0, lam, t)
-        zeta = jax.scipy.linalg.solve_triangular(chol, to_y(self.model, x) - m, lower=True)
+        m, chol = _frozen_gaussian_reference(self.model, x0, lam, t)
+        zeta = jax.scipy.linalg.solve_triangular(chol, _to_y(self.model, x) - m, lower=True)
         z, logdet = self.bijection.transform_and_log_det(zeta, self.features(t, x0, lam))
         return (
             -0.5 * z @ z
             - 0.5 * d * jnp.log(2 * jnp.pi)
             + logdet
             - jnp.sum(jnp.log(jnp.diag(chol)))
-            + log_abs_det_jphi(self.model, x)
+            + _log_abs_det_jphi(self.model, x)
         )
 
     def sample(
@@ -207,7 +241,7 @@ class TransitionFlow(eqx.Module):
         """
         z = jr.normal(key, (num, self.model.dim), dtype=x0.dtype)
         t = jnp.asarray(t, dtype=x0.dtype)
-        m, chol = frozen_gaussian_reference(self.model, x0, lam, t)
+        m, chol = _frozen_gaussian_reference(self.model, x0, lam, t)
         cond = self.features(t, x0, lam)
         zeta = jax.vmap(lambda zi: self.bijection.inverse(zi, cond))(z)
         return jax.vmap(lambda zt: from_y(self.model, m + chol @ zt))(zeta)

@@ -14,8 +14,9 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from jaxgen.core import FitOptions, FitResult, adamw_cosine, check_fit_options, fit, solve_ode
 
-from ._flow import TransitionFlow, flow_parameters, from_y, frozen_gaussian_reference
-from ._residual import fp_log_residual
+from ._flow import TransitionFlow, _frozen_gaussian_reference, flow_parameters, from_y
+from ._models import _check_time
+from ._residual import _fp_log_residual
 
 ConditionSampler = Callable[[PRNGKeyArray], tuple[Float[Array, " dim"], Float[Array, " p"]]]
 
@@ -128,7 +129,7 @@ def _collocation(
     n_flow = int(round(frac_flow * num))
 
     def one(z: Array, x0: Array, lam: Array, use_flow: Array) -> Array:
-        m, chol = frozen_gaussian_reference(flow.model, x0, lam, t)
+        m, chol = _frozen_gaussian_reference(flow.model, x0, lam, t)
         cond = flow.features(t, x0, lam)
         zeta = jnp.where(use_flow, flow.bijection.inverse(z, cond), 2.0 * z)
         return from_y(flow.model, m + chol @ jnp.clip(zeta, -8.0, 8.0))
@@ -158,7 +159,31 @@ def ng_velocity(
     References:
         Bruna, Peherstorfer and Vanden-Eijnden, Neural Galerkin schemes with active learning
         for high-dimensional evolution equations, arXiv 2203.01360.
+
+    ``t`` (finite, > 0), the states (`check_state`), the parameters (`check_params`) and
+    ``eps_rel`` (finite, > 0) are checked; the Galerkin ODE calls the body without the checks.
     """
+    model = flow.model
+    t = _check_time(t)
+    xs, x0s = model.check_state(xs, "xs"), model.check_state(x0s, "x0s")
+    lams = jnp.asarray(lams)
+    if xs.ndim != 2 or xs.shape != x0s.shape or lams.shape[:1] != xs.shape[:1]:
+        raise ValueError(
+            "`xs`, `x0s` (N, dim) and `lams` (N, p) must share N >= 1, got "
+            f"{xs.shape}, {x0s.shape} and {lams.shape}."
+        )
+    if xs.shape[0] == 0:
+        raise ValueError(f"`xs` must hold at least one collocation point, got {xs.shape}.")
+    lams = jax.vmap(model.check_params)(lams)
+    if not (math.isfinite(eps_rel) and eps_rel > 0):
+        raise ValueError(f"`eps_rel` must be finite and > 0, got {eps_rel}.")
+    return _ng_velocity(flow, t, xs, x0s, lams, eps_rel)
+
+
+def _ng_velocity(
+    flow: TransitionFlow, t: Array, xs: Array, x0s: Array, lams: Array, eps_rel: float
+) -> tuple[Array, Array]:
+    # The body of `ng_velocity` (called at every step of the Galerkin ODE).
     theta, unravel = flow_parameters(flow)
     model = flow.model
 
@@ -167,7 +192,7 @@ def ng_velocity(
 
     def row(x: Array, x0: Array, lam: Array) -> tuple[Array, Array]:
         jrow = jax.grad(ell)(theta, t, x, x0, lam)
-        res = fp_log_residual(
+        res = _fp_log_residual(
             lambda s, y: ell(theta, s, y, x0, lam),
             t,
             x,
@@ -196,7 +221,7 @@ def _ng_field(s: Array, theta: Array, args: tuple) -> Array:
     t = jnp.exp(s)
     current = unravel(theta)
     xs = _collocation(current, t, x0s, lams, zs, frac_flow)
-    vel, _ = ng_velocity(current, t, xs, x0s, lams, eps_rel)
+    vel, _ = _ng_velocity(current, t, xs, x0s, lams, eps_rel)
     return t * vel  # d theta / d log t
 
 
@@ -281,9 +306,9 @@ def spacetime_loss(flow: TransitionFlow, batch: tuple, key: PRNGKeyArray) -> Flo
     model = flow.model
 
     def one(t: Array, x0: Array, lam: Array, zeta: Array) -> Array:
-        m, chol = frozen_gaussian_reference(model, x0, lam, t)
+        m, chol = _frozen_gaussian_reference(model, x0, lam, t)
         x = jax.lax.stop_gradient(from_y(model, m + chol @ zeta))
-        res = fp_log_residual(
+        res = _fp_log_residual(
             lambda s, y: flow.log_density(s, y, x0, lam),
             t,
             x,

@@ -12,7 +12,9 @@ from jaxgen.core.checks import (
     check_choice,
     check_finite,
     check_floating,
+    check_in_interval,
     check_key,
+    check_nonnegative,
     check_positive,
     check_positive_int,
     check_rank,
@@ -27,26 +29,39 @@ def box_transform(
 
     log|dx/du| = sum log(hi - lo) + log sigmoid(u) + log sigmoid(-u). A uniform prior on the
     box is a density exp(log|dx/du|) in u.
+
+    ``lo`` and ``hi`` must be finite with ``lo < hi`` (value checks, free when they are
+    constants closed over by a log density); ``u`` is not checked (a NaN propagates).
     """
     u = jnp.asarray(u)
-    lo, hi = jnp.asarray(lo, dtype=u.dtype), jnp.asarray(hi, dtype=u.dtype)
-    if lo.shape != u.shape or hi.shape != u.shape:
-        raise ValueError(
-            f"`lo` and `hi` must have the shape of `u` {u.shape}, got {lo.shape} and {hi.shape}."
-        )
-    x = lo + (hi - lo) * jax.nn.sigmoid(u)
-    return x, jnp.sum(jnp.log(hi - lo) + jax.nn.log_sigmoid(u) + jax.nn.log_sigmoid(-u))
+    lo, width = _check_box(lo, hi, u)
+    x = lo + width * jax.nn.sigmoid(u)
+    return x, jnp.sum(jnp.log(width) + jax.nn.log_sigmoid(u) + jax.nn.log_sigmoid(-u))
 
 
 def box_inverse(
     x: Float[Array, " p"], lo: Float[ArrayLike, " p"], hi: Float[ArrayLike, " p"]
 ) -> Float[Array, " p"]:
-    """Inverse of `box_transform`: u = logit((x - lo) / (hi - lo))."""
-    x = jnp.asarray(x)
-    p = (x - jnp.asarray(lo, dtype=x.dtype)) / (
-        jnp.asarray(hi, dtype=x.dtype) - jnp.asarray(lo, dtype=x.dtype)
-    )
+    """Inverse of `box_transform`: u = logit((x - lo) / (hi - lo)).
+
+    ``lo < hi`` (finite) and ``x`` strictly inside ``(lo, hi)`` (value checks).
+    """
+    x = check_floating(x, "x", allow_int=True)
+    lo, width = _check_box(lo, hi, x, name="x")
+    p = (x - lo) / width
+    p = check_in_interval(p, "(x - lo) / (hi - lo)", 0.0, 1.0, closed=(False, False))
     return jnp.log(p) - jnp.log1p(-p)
+
+
+def _check_box(lo: ArrayLike, hi: ArrayLike, u: Array, name: str = "u") -> tuple[Array, Array]:
+    lo, hi = jnp.asarray(lo, dtype=u.dtype), jnp.asarray(hi, dtype=u.dtype)
+    if lo.shape != u.shape or hi.shape != u.shape:
+        raise ValueError(
+            f"`lo` and `hi` must have the shape of `{name}` {u.shape}, "
+            f"got {lo.shape} and {hi.shape}."
+        )
+    # ``(lo, hi - lo)``, both checked (``hi`` finite and above ``lo``).
+    return check_finite(lo, "lo"), check_positive(hi - lo, "hi - lo")
 
 
 class NutsResult(NamedTuple):
@@ -81,7 +96,8 @@ def run_nuts(
 
     Each chain starts from ``init`` plus N(0, init_jitter²) noise, adapts step size and a
     diagonal mass matrix for ``num_warmup`` steps (Stan's windows), then draws
-    ``num_samples``. Work in unconstrained coordinates (see `box_transform`).
+    ``num_samples``. Work in unconstrained coordinates (see `box_transform`). ``num_chains``
+    must be >= 2 (the potential scale reduction compares chains).
 
     References:
         Hoffman and Gelman (2014), The No-U-Turn sampler, JMLR 15; Cabezas et al., BlackJAX
@@ -89,16 +105,18 @@ def run_nuts(
     """
     import blackjax
 
+    key = check_key(key)
     init = jnp.asarray(init)
-    if init.ndim != 1:
-        raise ValueError(f"`init` must be a flat parameter vector (p,), got shape {init.shape}.")
-    for name, v in (
-        ("num_warmup", num_warmup),
-        ("num_samples", num_samples),
-        ("num_chains", num_chains),
-    ):
+    if init.ndim != 1 or init.shape[0] == 0:
+        raise ValueError(
+            f"`init` must be a flat parameter vector (p,) with p >= 1, got shape {init.shape}."
+        )
+    for name, v in (("num_warmup", num_warmup), ("num_samples", num_samples)):
         if not isinstance(v, int) or v < 1:
             raise ValueError(f"`{name}` must be an int >= 1, got {v!r}.")
+    # The potential scale reduction compares chains: one chain has none.
+    num_chains = check_positive_int(num_chains, "num_chains", minimum=2)
+    init_jitter = check_nonnegative(init_jitter, "init_jitter")
 
     def one_chain(k: PRNGKeyArray) -> tuple[Array, Array, Array]:
         kj, kw, ks = jr.split(k, 3)
@@ -233,6 +251,8 @@ def delayed_acceptance_hmc(
     """
     key = check_key(key)
     init = check_rank(check_floating(init, "init"), 1, "init", layout="(p,)")
+    if init.shape[0] == 0:
+        raise ValueError(f"`init` must have shape (p,) with p >= 1, got {init.shape}.")
     num_samples = check_positive_int(num_samples, "num_samples")
     num_integration_steps = check_positive_int(num_integration_steps, "num_integration_steps")
     num_surrogate_steps = check_positive_int(num_surrogate_steps, "num_surrogate_steps")
@@ -425,7 +445,7 @@ def run_delayed_acceptance(
         init: starting point, shape ``(p,)``.
         num_warmup: surrogate warm-up steps (>= 2 ``num_error_fit`` with an error model).
         num_samples: delayed-acceptance iterations per chain.
-        num_chains: chains, vmapped.
+        num_chains: chains, vmapped (>= 2: the potential scale reduction compares chains).
         num_integration_steps: leapfrog steps per HMC transition.
         num_surrogate_steps: HMC transitions per exact decision.
         error_model_degree: 0 (none), 1 (linear) or 2 (quadratic) polynomial error model.
@@ -447,8 +467,11 @@ def run_delayed_acceptance(
 
     key = check_key(key)
     init = check_rank(check_floating(init, "init"), 1, "init", layout="(p,)")
+    if init.shape[0] == 0:
+        raise ValueError(f"`init` must have shape (p,) with p >= 1, got {init.shape}.")
+    init_jitter = check_nonnegative(init_jitter, "init_jitter")
     num_warmup = check_positive_int(num_warmup, "num_warmup")
-    num_chains = check_positive_int(num_chains, "num_chains")
+    num_chains = check_positive_int(num_chains, "num_chains", minimum=2)
     num_integration_steps = check_positive_int(num_integration_steps, "num_integration_steps")
     degree = check_choice(error_model_degree, (0, 1, 2), "error_model_degree")
     p = init.shape[0]

@@ -58,7 +58,7 @@ def euler_path_loglik(
 
     def one(x: Array, y: Array) -> Array:
         chol = jnp.linalg.cholesky(model.diffusion(x, lam) * delta)
-        return gaussian_logpdf_chol(y - x - model.drift(x, lam) * delta, 0.0, chol)
+        return gaussian_logpdf_chol(y - x - model.drift(x, lam) * delta, jnp.zeros_like(x), chol)
 
     return jnp.sum(jax.vmap(one)(xs[:-1], xs[1:]))
 

@@ -9,9 +9,9 @@ import jax.random as jr
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from jaxgen.core import gaussian_logpdf_chol, solve_sde
-from jaxgen.core.checks import check_module
+from jaxgen.core.checks import check_module, check_nonnegative
 
-from ._ncx2 import log_ncx2_pdf
+from ._ncx2 import _log_ncx2_pdf
 
 
 class AbstractDiffusionModel(eqx.Module):
@@ -141,7 +141,9 @@ class OrnsteinUhlenbeck(AbstractDiffusionModel):
     def check_params(self, lam):
         lam = self._check_lam_shape(lam)
         return eqx.error_if(
-            lam, (lam[0] <= 0) | (lam[1] <= 0), "`lam`: OU needs kappa > 0 and sigma > 0."
+            lam,
+            ~((lam[0] > 0) & (lam[1] > 0) & jnp.all(jnp.isfinite(lam))),
+            "`lam`: OU needs kappa > 0 and sigma > 0 (and finite parameters).",
         )
 
     def log_transition(self, t, x, x0, lam):
@@ -182,7 +184,11 @@ class CoxIngersollRoss(AbstractDiffusionModel):
 
     def check_params(self, lam):
         lam = self._check_lam_shape(lam)
-        lam = eqx.error_if(lam, jnp.any(lam <= 0), "`lam`: CIR needs kappa, theta, sigma > 0.")
+        lam = eqx.error_if(
+            lam,
+            ~jnp.all(jnp.isfinite(lam) & (lam > 0)),
+            "`lam`: CIR needs kappa, theta, sigma > 0 (and finite).",
+        )
         if self.require_feller:
             lam = eqx.error_if(
                 lam,
@@ -194,8 +200,8 @@ class CoxIngersollRoss(AbstractDiffusionModel):
 
     def log_transition(self, t, x, x0, lam):
         """Log p = log(2 c_t) + log ncχ²(2 c_t x; df, nc) (see `cir_transition_params`)."""
-        c, df, nc = cir_transition_params(t, x0[0], lam)
-        return jnp.log(2 * c) + log_ncx2_pdf(2 * c * x[0], df, nc)
+        c, df, nc = _cir_transition_params(t, x0[0], lam)
+        return jnp.log(2 * c) + _log_ncx2_pdf(2 * c * x[0], df, nc)
 
 
 class Heston(AbstractDiffusionModel):
@@ -254,7 +260,9 @@ def _check_time(t: ArrayLike, name: str = "t") -> Array:
     t = jnp.asarray(t)
     if t.ndim != 0:
         raise ValueError(f"`{name}` must be a scalar time, got shape {t.shape}.")
-    return eqx.error_if(t, ~(t > 0), f"`{name}` must be > 0 (a positive time step).")
+    return eqx.error_if(
+        t, ~(jnp.isfinite(t) & (t > 0)), f"`{name}` must be finite and > 0 (a positive time step)."
+    )
 
 
 def cir_transition_params(
@@ -264,7 +272,18 @@ def cir_transition_params(
     e^{-kappa t}).
 
     c_t = 2 kappa / (sigma² (1 - e^{-kappa t})).
+
+    ``t`` must be finite and > 0, ``x0 >= 0`` and ``lam`` finite and > 0 (value checks; the CIR
+    density and sampler call the body without them).
     """
+    t = _check_time(t)
+    x0 = check_nonnegative(x0, "x0")
+    lam = CoxIngersollRoss(require_feller=False).check_params(lam)
+    return _cir_transition_params(t, x0, lam)
+
+
+def _cir_transition_params(t: ArrayLike, x0: ArrayLike, lam: Array) -> tuple[Array, Array, Array]:
+    # The body of `cir_transition_params` (called at every step of the exact sampler).
     kappa, theta, sigma = lam[0], lam[1], lam[2]
     c = 2.0 * kappa / (sigma**2 * -jnp.expm1(-kappa * t))
     return c, 4.0 * kappa * theta / sigma**2, 2.0 * c * x0 * jnp.exp(-kappa * t)
@@ -327,7 +346,7 @@ def sample_cir_exact(
 
     def step(x: Array, k: PRNGKeyArray) -> tuple[Array, Array]:
         kp, kg = jr.split(k)
-        c, df, nc = cir_transition_params(delta, x, lam)
+        c, df, nc = _cir_transition_params(delta, x, lam)
         n = jr.poisson(kp, 0.5 * nc).astype(x.dtype)
         x_new = jr.gamma(kg, 0.5 * df + n, dtype=x.dtype) / c
         return x_new, x_new

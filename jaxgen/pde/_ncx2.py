@@ -5,11 +5,21 @@ import jax.numpy as jnp
 from jax.scipy.special import gammaln
 from jaxtyping import Array, ArrayLike, Float
 
+from ..core.checks import check_nonnegative, check_positive
+
 
 def log_chi2_pdf(
     y: Float[ArrayLike, "*shape"], df: Float[ArrayLike, "*shape"]
 ) -> Float[Array, "*shape"]:
-    """Log of the chi-square density with ``df`` degrees of freedom at ``y > 0`` (broadcasts)."""
+    """Log of the chi-square density with ``df`` degrees of freedom at ``y > 0`` (broadcasts).
+
+    ``y`` and ``df`` must be finite and > 0 (value checks).
+    """
+    return _log_chi2_pdf(check_positive(y, "y"), check_positive(df, "df"))
+
+
+def _log_chi2_pdf(y: ArrayLike, df: ArrayLike) -> Array:
+    # The body of `log_chi2_pdf` (the terms of the noncentral sum).
     y, df = jnp.asarray(y), jnp.asarray(df)
     k = 0.5 * df
     return (k - 1) * jnp.log(y) - 0.5 * y - k * jnp.log(2.0) - gammaln(k)
@@ -47,6 +57,13 @@ def log_ncx2_pdf(
     """
     if not isinstance(n_terms, int) or n_terms < 41:
         raise ValueError(f"`n_terms` must be an int >= 41, got {n_terms!r}.")
+    y, df = check_positive(y, "y"), check_positive(df, "df")
+    nc = check_nonnegative(nc, "nc")
+    return _log_ncx2_pdf(y, df, nc, n_terms)
+
+
+def _log_ncx2_pdf(y: ArrayLike, df: ArrayLike, nc: ArrayLike, n_terms: int = 201) -> Array:
+    # The body of `log_ncx2_pdf` (the CIR transition density calls it on checked arguments).
     y, df, nc = jnp.asarray(y), jnp.asarray(df), jnp.asarray(nc)
     dtype = jnp.result_type(y, df, nc, 1.0)
     y, df, nc = y.astype(dtype), df.astype(dtype), nc.astype(dtype)
@@ -61,5 +78,5 @@ def log_ncx2_pdf(
     start = jnp.maximum(0.0, jnp.floor(jstar) - half * stride)
     j = start + stride * jnp.arange(n_terms, dtype=dtype)
     log_pois = j * jnp.log(lam) - lam - gammaln(j + 1.0)
-    log_terms = log_pois + log_chi2_pdf(jnp.broadcast_to(y, j.shape), df + 2.0 * j)
+    log_terms = log_pois + _log_chi2_pdf(jnp.broadcast_to(y, j.shape), df + 2.0 * j)
     return jax.nn.logsumexp(log_terms) + jnp.log(stride)

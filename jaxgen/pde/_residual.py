@@ -5,6 +5,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
+from ..core.checks import check_finite
 from ..core.types import Array, Matrix, Scalar, ScalarLike, Vector
 
 LogDensityFn = Callable[[Scalar, Vector], Scalar]
@@ -55,7 +56,14 @@ def fp_log_rhs(
     """
     x = jnp.asarray(x)
     _check_x(x, drift, diffusion)
-    t = jnp.asarray(t, dtype=x.dtype)
+    t = check_finite(jnp.asarray(t, dtype=x.dtype), "t")
+    return _fp_log_rhs(logp_fn, t, x, drift, diffusion)
+
+
+def _fp_log_rhs(
+    logp_fn: LogDensityFn, t: Array, x: Array, drift: DriftFn, diffusion: DiffusionFn
+) -> Array:
+    # The body of `fp_log_rhs` (the Galerkin losses call it at every collocation point).
 
     def ell(y: Array) -> Array:
         return logp_fn(t, y)
@@ -97,6 +105,16 @@ def fp_log_residual(
         Saporiti and Nobile, arXiv 2606.04324 (2026).
     """
     x = jnp.asarray(x)
+    _check_x(x, drift, diffusion)
+    t = check_finite(jnp.asarray(t, dtype=x.dtype), "t")
+    return _fp_log_residual(logp_fn, t, x, drift, diffusion)
+
+
+def _fp_log_residual(
+    logp_fn: LogDensityFn, t: ScalarLike, x: Array, drift: DriftFn, diffusion: DiffusionFn
+) -> Array:
+    # The body of `fp_log_residual` (the Galerkin losses call it at every collocation point).
+    x = jnp.asarray(x)
     t = jnp.asarray(t, dtype=x.dtype)
     dl_dt = jax.grad(lambda s: logp_fn(s, x))(t)
-    return dl_dt - fp_log_rhs(logp_fn, t, x, drift, diffusion)
+    return dl_dt - _fp_log_rhs(logp_fn, t, x, drift, diffusion)

@@ -268,19 +268,19 @@ def test_float32_dtype_preserved():
 
 
 def test_bad_inputs():
-    with pytest.raises(ValueError, match="`b` must be > 0"):
+    with pytest.raises(ValueError, match="`b` must be finite and > 0"):
         OUReference(1, b=0.0)
-    with pytest.raises(ValueError, match="`Sigma` must be > 0"):
+    with pytest.raises(ValueError, match="`Sigma` must be finite and > 0"):
         OUReference(1, Sigma=-1.0)
     with pytest.raises(ValueError, match="`Sigma` must be a scalar or"):
         OUReference(2, Sigma=jnp.eye(3))
     with pytest.raises(ValueError, match="`m` must have shape"):
         OUReference(2, m=jnp.zeros(3))
-    with pytest.raises(ValueError, match="`sigma` must be > 0"):
+    with pytest.raises(ValueError, match="`sigma` must be finite and > 0"):
         BrownianReference(1, sigma=0.0)
     with pytest.raises(ValueError, match="`dim` must be an int"):
         OUReference(0)
-    with pytest.raises(Exception, match="`b` must be > 0"):
+    with pytest.raises(Exception, match="`b` must be finite and > 0"):
         eqx.filter_jit(lambda b: OUReference(1, b=b).b)(jnp.asarray(-1.0))
     ref = OUReference(1)
     psi = QuadraticLogPotential(jnp.ones((1, 1)), jnp.zeros(1))
@@ -294,7 +294,7 @@ def test_bad_inputs():
     ):
         with pytest.raises(ValueError, match="horizon"):
             call()
-    with pytest.raises(ValueError, match="`T` must be > 0"):
+    with pytest.raises(ValueError, match="`T` must be finite and > 0"):
         SBNLLLoss(ref, 0.0)
     with pytest.raises(TypeError, match="no closed-form heat transform"):
         log_h(mlp, ref, jnp.zeros(1), 0.0, 1.0)

@@ -180,7 +180,10 @@ def test_closed_form_errors(getkey):
         trajectory_covariance(jnp.ones((2, 2)))
     with pytest.raises(ValueError, match="w"):
         gaussian_cfg(0.0, 1.0, 0.0, 1.0, -1.0)
-    with pytest.raises(eqx.EquinoxRuntimeError, match="sig_c"):
+    with pytest.raises(ValueError, match="`sig_c` must be finite and > 0"):
         gaussian_cfg(0.0, 0.0, 0.0, 1.0, 1.0)
+    # An infinite scale is refused too (it clipped the ratio to 0: a plausible Gaussian).
+    with pytest.raises(eqx.EquinoxRuntimeError, match="`sig_u` must be finite and > 0"):
+        eqx.filter_jit(gaussian_cfg)(0.0, 1.0, 0.0, jnp.array(jnp.inf), 1.0)
     with pytest.raises(eqx.EquinoxRuntimeError, match="w"):
         eqx.filter_jit(gaussian_cfg)(0.0, 1.0, 0.0, 1.0, jnp.array(-1.0))

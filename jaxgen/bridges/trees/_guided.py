@@ -34,7 +34,7 @@ from jax.sharding import Mesh
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from ...core import sharded_vmap, solve_sde
-from ...core.checks import check_module
+from ...core.checks import check_module, check_positive_int
 from .._htransform import guide
 from ._filter import (
     Canonical,
@@ -262,6 +262,8 @@ class ResidualFlow(AbstractKernelResidual):
             raise ValueError(f"`dim` must be an int >= 1, got {dim!r}.")
         if not isinstance(num_layers, int) or num_layers < 1:
             raise ValueError(f"`num_layers` must be an int >= 1, got {num_layers!r}.")
+        check_positive_int(width, "width")
+        check_positive_int(depth, "depth", minimum=0)
         self.dim = dim
         nets = []
         for k in jr.split(key, num_layers):

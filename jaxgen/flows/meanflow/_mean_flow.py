@@ -39,6 +39,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
+from ...core.checks import check_floating
 from ...nn import sinusoidal_embedding
 from .._velocity import AbstractVelocityField
 
@@ -293,7 +294,8 @@ class GaussianAverageVelocity(AbstractAverageVelocity):
     weight: Float[Array, "dim k"] | None
 
     def __init__(self, bias: ArrayLike, scale: ArrayLike, weight: ArrayLike | None = None):
-        self.bias = jnp.asarray(bias)
+        # Integer means are valid data: cast to the default float (never the scale to ints).
+        self.bias = check_floating(bias, "bias", allow_int=True)
         self.scale = jnp.asarray(scale, self.bias.dtype)
         self.weight = None if weight is None else jnp.asarray(weight, self.bias.dtype)
 

@@ -36,10 +36,10 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import optax
-from jaxtyping import Array, Float, PRNGKeyArray, PyTree
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray, PyTree
 
 from ...core import solve_ode
-from ...core.checks import check_module
+from ...core.checks import check_finite, check_module
 from ...nn import sinusoidal_embedding
 from .._velocity import AbstractVelocityField
 from ._mean_flow import (
@@ -333,13 +333,30 @@ class FeatureDiscriminator(eqx.Module):
 def hinge_d_loss(
     real_logits: Float[Array, " B"], fake_logits: Float[Array, " B"]
 ) -> Float[Array, ""]:
-    r"""$E\,\mathrm{relu}(1 - D(x)) + E\,\mathrm{relu}(1 + D(G))$."""
+    r"""$E\,\mathrm{relu}(1 - D(x)) + E\,\mathrm{relu}(1 + D(G))$.
+
+    Both logits must be non-empty and finite (a value check: ``relu(1 - inf) = 0`` would hide an
+    overflowing discriminator); the GAN step calls the body without the value check.
+    """
+    real_logits = check_finite(_nonempty_logits("real_logits", real_logits), "real_logits")
+    fake_logits = check_finite(_nonempty_logits("fake_logits", fake_logits), "fake_logits")
+    return _hinge_d_loss(real_logits, fake_logits)
+
+
+def _hinge_d_loss(real_logits: Array, fake_logits: Array) -> Array:
     return jnp.mean(jax.nn.relu(1 - real_logits)) + jnp.mean(jax.nn.relu(1 + fake_logits))
 
 
 def hinge_g_loss(fake_logits: Float[Array, " B"]) -> Float[Array, ""]:
-    r"""$-E\, D(G)$."""
-    return -jnp.mean(fake_logits)
+    r"""$-E\, D(G)$ (``fake_logits`` non-empty)."""
+    return -jnp.mean(_nonempty_logits("fake_logits", fake_logits))
+
+
+def _nonempty_logits(name: str, logits: ArrayLike) -> Array:
+    logits = jnp.asarray(logits)
+    if logits.size == 0:
+        raise ValueError(f"`{name}` must hold at least one logit, got shape {logits.shape}.")
+    return logits
 
 
 def _flat_batch(name: str, x: Array) -> Array:
@@ -516,7 +533,7 @@ def gan_refine_loss(
         loss_g = loss_g + weight_adv * hinge_g_loss(logits(_frozen(disc), g_out))
     if weight_vsd:
         loss_g = loss_g + weight_vsd * vsd_loss(g_out, teacher, fake, cond, vsd_key)
-    loss_d = hinge_d_loss(logits(disc, x), logits(disc, g_sg))
+    loss_d = _hinge_d_loss(logits(disc, x), logits(disc, g_sg))
     loss_fake = fake_score_loss(fake, g_sg, cond, fake_key)
     loss = loss_g + loss_d + loss_fake
     if state is None:

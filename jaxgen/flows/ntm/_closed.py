@@ -26,6 +26,8 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
+from ...core.checks import check_positive
+
 #: A level ``t`` counts as pure noise (transporter and predictor skipped) from ``1 - T_ONE_EPS`` on.
 T_ONE_EPS = 1e-6
 
@@ -233,8 +235,8 @@ def gaussian_cfg(
     mu_c, sig_c, mu_u, sig_u = (jnp.asarray(a) for a in (mu_c, sig_c, mu_u, sig_u))
     w = jnp.asarray(w, jnp.result_type(mu_c, sig_c, float))
     w = eqx.error_if(w, (w < 0) | ~jnp.isfinite(w), "guidance weight `w` must be >= 0.")
-    sig_c = eqx.error_if(sig_c, jnp.any(~(sig_c > 0)), "`sig_c` must be > 0.")
-    sig_u = eqx.error_if(sig_u, jnp.any(~(sig_u > 0)), "`sig_u` must be > 0.")
+    sig_c = check_positive(sig_c, "sig_c")
+    sig_u = check_positive(sig_u, "sig_u")
     s = jnp.clip((sig_c / sig_u) ** 2, 0, 1)
     denom = 1 + w - w * s
     return ((1 + w) * mu_c - w * s * mu_u) / denom, sig_c / jnp.sqrt(denom)
