@@ -18,7 +18,7 @@ import optax
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
 
 from ..core import FitOptions, FitResult, adamw_cosine, as_batches, check_fit_options, fit
-from ..core.checks import check_module
+from ..core.checks import check_in_interval, check_module, check_nonnegative, check_positive
 from ..nn import AbstractCausalLM, dyadic_schedule
 
 AUX_LOSS_WEIGHT = 0.01  # weight of the MoE load-balancing loss inside `lm_loss`
@@ -105,7 +105,18 @@ def lm_optimizer(
     Linear warm-up over ``warmup_steps`` (default ``max(1, num_steps // 20)``) then cosine
     decay, global-norm clipping. ``dyadic_depth``: wrap it in the CoFrGeNet dyadic schedule
     (`jaxgen.nn.dyadic_schedule`).
+
+    Raises:
+        ValueError: ``learning_rate`` or ``clip_norm`` not finite and > 0, ``weight_decay`` not
+            finite and >= 0, ``b1`` or ``b2`` outside ``[0, 1)`` (each a number, checked now).
     """
+    if not callable(learning_rate):
+        check_positive(learning_rate, "learning_rate")
+    check_nonnegative(weight_decay, "weight_decay")
+    if clip_norm is not None:
+        check_positive(clip_norm, "clip_norm")
+    check_in_interval(b1, "b1", 0.0, 1.0, closed=(True, False))
+    check_in_interval(b2, "b2", 0.0, 1.0, closed=(True, False))
     warmup = max(1, num_steps // 20) if warmup_steps is None else max(1, warmup_steps)
     opt = adamw_cosine(
         learning_rate,

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
+from ...core.checks import check_finite
 from ._data import TARGET, VOCAB, X_LEN, Y_LEN
 
 PROMPT_LEN = X_LEN + 2  # bos, x (padded), sep
@@ -83,6 +84,15 @@ def attack_success_rate(pred: Int[Array | np.ndarray, "n k"], task: str) -> floa
 def routing_auroc(
     scores_triggered: Float[Array, " n"], scores_clean: Float[Array, " m"]
 ) -> Float[Array, ""]:
-    """AUROC of a detector score (e.g. ``max_t gbar_q``): P(s_trig > s_clean) + P(=)/2."""
-    a, b = jnp.asarray(scores_triggered)[:, None], jnp.asarray(scores_clean)[None, :]
+    """AUROC of a detector score (e.g. ``max_t gbar_q``): P(s_trig > s_clean) + P(=)/2.
+
+    Raises:
+        ValueError: an empty score set, or a score that is not finite (an
+            ``EquinoxRuntimeError`` under `jax.jit`).
+    """
+    a, b = jnp.asarray(scores_triggered), jnp.asarray(scores_clean)
+    for name, v in (("scores_triggered", a), ("scores_clean", b)):
+        if v.ndim != 1 or v.shape[0] < 1:
+            raise ValueError(f"`{name}` must have shape (n,) with n >= 1, got {v.shape}.")
+    a, b = check_finite(a, "scores_triggered")[:, None], check_finite(b, "scores_clean")[None, :]
     return jnp.mean((a > b) + 0.5 * (a == b))
