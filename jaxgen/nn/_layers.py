@@ -69,6 +69,7 @@ def apply_rotary(
     hd = x.shape[-1]
     if hd % 2:
         raise ValueError(f"rotary embeddings need an even head dimension, got {hd}.")
+    base = check_positive(base, "base").astype(x.dtype)  # a number: checked at trace time
     freqs = base ** (-jnp.arange(0, hd, 2, dtype=x.dtype) / hd)
     angles = positions.astype(x.dtype)[:, None] * freqs[None, :]  # (L, hd/2)
     cos, sin = jnp.cos(angles)[:, None, :], jnp.sin(angles)[:, None, :]

@@ -72,8 +72,10 @@ def lm_loss(model: CausalLM, batch: PyTree, key: PRNGKeyArray) -> Float[Array, "
     del key
     _check_model(model)
     tokens, mask = _split_batch(batch)
-    if tokens.ndim != 2 or tokens.shape[1] < 2:
-        raise ValueError(f"`batch` tokens must have shape (B, L) with L >= 2, got {tokens.shape}.")
+    if tokens.ndim != 2 or tokens.shape[1] < 2 or tokens.shape[0] < 1:
+        raise ValueError(
+            f"`batch` tokens must have shape (B, L) with L >= 2 and B >= 1, got {tokens.shape}."
+        )
     logits, aux = jax.vmap(lambda x: _forward(model, x))(tokens[:, :-1])
     logp = jax.nn.log_softmax(logits, axis=-1)
     nll = -jnp.take_along_axis(logp, tokens[:, 1:, None], axis=-1)[..., 0]
@@ -299,6 +301,10 @@ def generative_perplexity(
     The offline stand-in for scoring samples with a large pretrained LM.
     """
     samples = jnp.asarray(samples)
+    if samples.ndim != 2 or samples.shape[0] < 1 or samples.shape[1] < 2:
+        raise ValueError(
+            f"`samples` must have shape (B, L) with B >= 1, L >= 2, got {samples.shape}."
+        )
     if mask is None:
         mask = jnp.ones(samples.shape, dtype=bool)
     logp = score_sequences(scorer, samples, mask)
