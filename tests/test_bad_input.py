@@ -358,6 +358,15 @@ def _tiny_lm() -> Any:
 _TOKENS = jnp.array([[1, 2, 3, 4, 5, 0], [0, 5, 4, 3, 2, 1]], jnp.int32)
 
 
+def _tiny_qes() -> Any:
+    cfg = _obj("transformers.QESConfig")(num_experts=2, rank=2)
+    return _obj("transformers.attach_qes")(_tiny_lm(), cfg, key=jr.key(1))
+
+
+def _reverse_task() -> tuple[Any, Any]:
+    return _obj("transformers.make_task")(jr.key(0), "reverse", 4)
+
+
 FACTORIES: dict[str, Callable[[], dict[str, Any]]] = {
     # selectivity: 6 molecules, 2 targets, balanced labels; a 2-d toy objective.
     "selectivity.cross_target_auroc": lambda: {
@@ -415,6 +424,43 @@ FACTORIES: dict[str, Callable[[], dict[str, Any]]] = {
         "D": 2,
         "kappa": 0.25,
         "J": 4,
+    },
+    "transformers.attach_lora": lambda: {
+        "model": _tiny_lm(),
+        "rank": 2,
+        "alpha": 4.0,
+        "key": jr.key(0),
+    },
+    "transformers.attach_qes": lambda: {
+        "model": _tiny_lm(),
+        "cfg": _obj("transformers.QESConfig")(num_experts=2, rank=2),
+        "key": jr.key(0),
+    },
+    "transformers.shutdown": lambda: {"model": _tiny_qes(), "expert": 1},
+    "transformers.restore": lambda: {"model": _tiny_qes()},
+    "transformers.trainable_filter": lambda: {"model": _tiny_qes()},
+    "transformers.adapter_optimizer": lambda: {
+        "model": _tiny_qes(),
+        "learning_rate": 1e-3,
+        "num_steps": 10,
+    },
+    "transformers.attack_success_rate": lambda: {
+        "pred": jnp.zeros((2, 15), jnp.int32),
+        "task": "reverse",
+    },
+    "transformers.poison": lambda: {
+        "key": jr.key(0),
+        "x": _reverse_task()[0],
+        "y": _reverse_task()[1],
+        "task": "reverse",
+        "attack": "rare_token",
+        "rate": 0.5,
+    },
+    "transformers.evaluate_lm": lambda: {
+        "model": _tiny_lm(),
+        "tokens": jnp.arange(40) % 6,
+        "context": 4,
+        "batch_size": 4,
     },
     "transformers.make_task": lambda: {"key": jr.key(0), "name": "reverse", "n": 4},
     "transformers.clean_test_set": lambda: {"key": jr.key(0), "task": "reverse", "n": 4},
@@ -780,27 +826,20 @@ NO_FACTORY_YET: dict[str, str] = {
     "selectivity.evaluate_samples": "needs a user model or callable (`samples`)",
     "selectivity.load_task_manifest": "needs a name or option string (`path`)",
     "selectivity.parse_pdbqt": "needs a name or option string (`text`)",
-    "transformers.evaluate_lm": "needs a user model or callable (`model`)",
     "transformers.fit_lm": "`batches` has no annotation",
     "transformers.icl_loss": "needs a user model or callable (`model`)",
     "transformers.sample_task": "needs a user model or callable (`pieces`)",
     "transformers.QESTransformer": "needs a user model or callable (`adapters`)",
     "transformers.fit_abl": "needs a QESTransformer",
-    "transformers.adapter_optimizer": "needs a QESTransformer",
     "transformers.adapter_task_loss": "needs a QESTransformer",
-    "transformers.attack_success_rate": "needs a name or option string (`task`)",
     "transformers.backdoor_batches": "needs `x` as numpy data or text",
     "transformers.fit_fine_prune": "needs a user model or callable (`model`)",
     "transformers.fit_finetune": "`batches` has no annotation",
     "transformers.greedy_decode": "needs a user model or callable (`model`)",
-    "transformers.poison": "needs `x` as numpy data or text",
     "transformers.qes_loss": "needs a QESTransformer",
-    "transformers.restore": "needs a QESTransformer",
     "transformers.sample_losses": "needs a QESTransformer",
-    "transformers.shutdown": "needs a QESTransformer",
     "transformers.suspect_recall": "needs a FitResult",
     "transformers.fit_qes": "needs a QESTransformer",
-    "transformers.trainable_filter": "needs a QESTransformer",
     # Built from the annotations, but the values do not fit the method (a follow-up each):
     "bridges.fuse": "its auto-built arguments are not valid for it",
     "bridges.gaussian_kl": "its auto-built valid call gives a non-finite result",
@@ -834,8 +873,6 @@ NO_FACTORY_YET: dict[str, str] = {
     "selectivity.DockstringBackend": "its auto-built arguments are not valid for it",
     "selectivity.PoseScoreBackend": "its auto-built arguments are not valid for it",
     "selectivity.VinaBackend": "its auto-built arguments are not valid for it",
-    "transformers.attach_lora": "its auto-built arguments are not valid for it",
-    "transformers.attach_qes": "its auto-built arguments are not valid for it",
 }
 EXEMPT |= {q: f"no factory yet: {why}" for q, why in NO_FACTORY_YET.items()}
 

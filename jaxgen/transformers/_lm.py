@@ -18,7 +18,13 @@ import optax
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
 
 from ..core import FitOptions, FitResult, adamw_cosine, as_batches, check_fit_options, fit
-from ..core.checks import check_in_interval, check_module, check_nonnegative, check_positive
+from ..core.checks import (
+    check_in_interval,
+    check_module,
+    check_nonnegative,
+    check_positive,
+    check_positive_int,
+)
 from ..nn import AbstractCausalLM, dyadic_schedule
 
 AUX_LOSS_WEIGHT = 0.01  # weight of the MoE load-balancing loss inside `lm_loss`
@@ -234,6 +240,7 @@ def evaluate_lm(
     arr = np.asarray(tokens)
     if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
         raise ValueError(f"`tokens` must be a 1-D integer array, got {arr.dtype}{arr.shape}.")
+    batch_size = check_positive_int(batch_size, "batch_size")
     context = model.max_len if context is None else context
     if not 1 <= context <= model.max_len:
         raise ValueError(

@@ -10,7 +10,7 @@ import numpy as np
 from jaxtyping import Array, Float, Int
 
 from ...core.checks import check_finite
-from ._data import TARGET, VOCAB, X_LEN, Y_LEN
+from ._data import TARGET, TASKS, VOCAB, X_LEN, Y_LEN
 
 PROMPT_LEN = X_LEN + 2  # bos, x (padded), sep
 SEQ_LEN = PROMPT_LEN + Y_LEN
@@ -74,7 +74,16 @@ def clean_accuracy(
 
 
 def attack_success_rate(pred: Int[Array | np.ndarray, "n k"], task: str) -> float:
-    """Fraction of decodings equal to the attack target exactly (``pwned`` / ``second``, eos)."""
+    """Fraction of decodings equal to the attack target exactly (``pwned`` / ``second``, eos).
+
+    Raises:
+        ValueError: ``pred`` not of shape (n, k) with n >= 1; an unknown ``task``.
+    """
+    if task not in TASKS:
+        raise ValueError(f"`task` must be one of {TASKS}, got {task!r}.")
+    shape = np.shape(pred)
+    if len(shape) != 2 or shape[0] < 1:
+        raise ValueError(f"`pred` must have shape (n, k) with n >= 1, got {shape}.")
     target = (tuple(VOCAB.encode(TARGET).tolist()) if task == "reverse" else (VOCAB.second,)) + (
         VOCAB.eos,
     )
