@@ -406,9 +406,297 @@ def _transition_flow_args() -> dict[str, Any]:
 
 def _transition_flow() -> Any:
     return _obj("pde.TransitionFlow")(**_transition_flow_args())
+def _ae_batch() -> dict[str, Any]:
+    """A batch of 4 samples in R^3 with a 1-d context, for the autoencoder metrics."""
+    return {
+        "X": jnp.linspace(0.2, 0.8, 12).reshape(4, 3),
+        "C": jnp.linspace(0.1, 0.4, 4).reshape(4, 1),
+    }
+
+
+def _ae_model() -> Any:
+    return _obj("autoencoders.ConcatCAE")((3, 2), 1, key=jr.key(0))
+
+
+def _ae_project(x: jax.Array, c: jax.Array) -> jax.Array:
+    return 0.9 * x + 0.1 * c
+
+
+_MARKOV = np.array([[0.9, 0.1], [0.3, 0.7]])
+_DOCS = ["the cat sat on the mat", "abababababababab", "zq xj vk wp"]
+
+
+def _icnn() -> Any:
+    return _obj("nn.ICNN")(2, (3, 1), key=jr.key(0))
+
+
+def _bowl(v: jax.Array) -> jax.Array:
+    return jnp.sum(v**2)
+
+
+def _pairs() -> dict[str, Any]:
+    return {
+        "x": jnp.linspace(0.1, 0.5, 6).reshape(3, 2),
+        "y": jnp.linspace(0.4, 0.9, 6).reshape(3, 2),
+    }
+
+
+def _tiny_lm() -> Any:
+    """A 1-layer causal transformer over 6 tokens (width 8, 2 heads)."""
+    return _obj("nn.Transformer")(6, 8, 1, 2, 8, key=jr.key(0))
+
+
+_TOKENS = jnp.array([[1, 2, 3, 4, 5, 0], [0, 5, 4, 3, 2, 1]], jnp.int32)
+
+
+def _tiny_qes() -> Any:
+    cfg = _obj("transformers.QESConfig")(num_experts=2, rank=2)
+    return _obj("transformers.attach_qes")(_tiny_lm(), cfg, key=jr.key(1))
+
+
+def _reverse_task() -> tuple[Any, Any]:
+    return _obj("transformers.make_task")(jr.key(0), "reverse", 4)
 
 
 FACTORIES: dict[str, Callable[[], dict[str, Any]]] = {
+    # selectivity: 6 molecules, 2 targets, balanced labels; a 2-d toy objective.
+    "selectivity.cross_target_auroc": lambda: {
+        "C": jnp.array(
+            [[-8.0, -6.0], [-6.5, -7.5], [-7.0, -6.2], [-6.1, -8.1], [-7.7, -7.0], [-6.9, -7.2]]
+        ),  # fmt: skip
+        "labels": jnp.array([0, 1, 0, 1, 0, 1]),
+    },
+    "selectivity.bootstrap_ci": lambda: {
+        "key": jr.key(0),
+        "metric_fn": _obj("selectivity.top1_rate"),
+        "S": jnp.array([[-8.0, -6.0, -7.0], [-6.5, -7.5, -6.0], [-7.2, -6.2, -6.4]]),
+        "n_boot": 16,
+    },
+    "selectivity.SelectivityObjective": lambda: {
+        "on_fn": lambda x: -jnp.sum(x**2),
+        "off_fn": lambda x: jnp.stack([-jnp.sum((x - 1) ** 2), -jnp.sum((x + 1) ** 2)]),
+    },
+    "selectivity.ClassifierGuidedVelocity": lambda: {
+        "base": lambda t, x, args=None: -x,
+        "objective": lambda x: -jnp.sum(x**2),
+    },
+    "selectivity.SurrogateBackend": lambda: {"landscapes": {"on": _bowl, "off": _bowl}},
+    # transformers: a 1-layer LM over 6 tokens and the QES task generators.
+    "transformers.token_nll": lambda: {"model": _tiny_lm(), "tokens": _TOKENS[0]},
+    "transformers.sequence_log_prob": lambda: {"model": _tiny_lm(), "tokens": _TOKENS[0]},
+    "transformers.score_sequences": lambda: {"model": _tiny_lm(), "tokens": _TOKENS},
+    "transformers.generative_perplexity": lambda: {"scorer": _tiny_lm(), "samples": _TOKENS},
+    "transformers.lm_loss": lambda: {"model": _tiny_lm(), "batch": _TOKENS, "key": jr.key(0)},
+    "transformers.sample_lm": lambda: {
+        "key": jr.key(0),
+        "model": _tiny_lm(),
+        "num_samples": 2,
+        "length": 4,
+        "prompt": jnp.array([1], jnp.int32),
+    },
+    # The in-context regressors and task batches at tiny sizes (the defaults compile a 4-layer,
+    # width-64 network per case).
+    **{
+        f"transformers.{cls}": lambda: {
+            "D": 2,
+            "dim": 8,
+            "num_layers": 1,
+            "num_heads": 2,
+            "num_frequencies": 4,
+            "key": jr.key(0),
+        }
+        for cls in ("LinearAttentionICL", "SoftmaxICL")
+    },
+    "transformers.task_batch": lambda: {
+        "key": jr.key(0),
+        "batch": 2,
+        "n_min": 3,
+        "n_max": 4,
+        "D": 2,
+        "kappa": 0.25,
+        "J": 4,
+    },
+    "transformers.attach_lora": lambda: {
+        "model": _tiny_lm(),
+        "rank": 2,
+        "alpha": 4.0,
+        "key": jr.key(0),
+    },
+    "transformers.attach_qes": lambda: {
+        "model": _tiny_lm(),
+        "cfg": _obj("transformers.QESConfig")(num_experts=2, rank=2),
+        "key": jr.key(0),
+    },
+    "transformers.shutdown": lambda: {"model": _tiny_qes(), "expert": 1},
+    "transformers.restore": lambda: {"model": _tiny_qes()},
+    "transformers.trainable_filter": lambda: {"model": _tiny_qes()},
+    "transformers.adapter_optimizer": lambda: {
+        "model": _tiny_qes(),
+        "learning_rate": 1e-3,
+        "num_steps": 10,
+    },
+    "transformers.attack_success_rate": lambda: {
+        "pred": jnp.zeros((2, 15), jnp.int32),
+        "task": "reverse",
+    },
+    "transformers.poison": lambda: {
+        "key": jr.key(0),
+        "x": _reverse_task()[0],
+        "y": _reverse_task()[1],
+        "task": "reverse",
+        "attack": "rare_token",
+        "rate": 0.5,
+    },
+    "transformers.evaluate_lm": lambda: {
+        "model": _tiny_lm(),
+        "tokens": jnp.arange(40) % 6,
+        "context": 4,
+        "batch_size": 4,
+    },
+    "transformers.make_task": lambda: {"key": jr.key(0), "name": "reverse", "n": 4},
+    "transformers.clean_test_set": lambda: {"key": jr.key(0), "task": "reverse", "n": 4},
+    "transformers.triggered_test_set": lambda: {
+        "key": jr.key(0),
+        "task": "reverse",
+        "attack": "rare_token",
+        "n": 4,
+    },
+    # nn: 2-input networks of widths (3, 1), a quadratic bowl for the shape diagnostics.
+    "nn.ICNN": lambda: {"in_size": 2, "widths": (3, 1), "key": jr.key(0)},
+    "nn.ReLUNet": lambda: {"in_size": 2, "widths": (3, 1), "key": jr.key(0)},
+    "nn.ReLUPlusNet": lambda: {"in_size": 2, "widths": (3, 1), "key": jr.key(0)},
+    "nn.center_biases": lambda: {"model": _icnn(), "x": jnp.linspace(0.1, 0.9, 10).reshape(5, 2)},
+    "nn.check_constraints": lambda: {
+        "model": _obj("nn.project_nonneg")(
+            _obj("nn.ICNN")(2, (3, 1), key=jr.key(0), mode="project")
+        )
+    },
+    "nn.project_nonneg": lambda: {"model": _icnn()},
+    "nn.count_parameters": lambda: {"tree": _icnn()},
+    "nn.adapted_linear": lambda: {
+        "x": jnp.linspace(0.1, 0.9, 12).reshape(4, 3),
+        "w": jnp.linspace(-0.5, 0.5, 6).reshape(2, 3),
+        "name": "w",
+        "adapter": None,
+    },
+    "nn.init_normal": lambda: {"key": jr.key(0), "shape": (2, 3)},
+    "nn.apply_rotary": lambda: {
+        "x": jnp.linspace(-1.0, 1.0, 32).reshape(4, 2, 4),
+        "positions": jnp.arange(4.0),
+    },
+    "nn.make_mixer": lambda: {"name": "mlp", "dim": 4, "key": jr.key(0)},
+    "nn.TransformerBlock": lambda: {
+        "dim": 8,
+        "num_heads": 2,
+        "mixer": "mlp",
+        "mixer_kwargs": {},
+        "rotary": True,
+        "time_conditioning": False,
+        "out_std": 0.02,
+        "key": jr.key(0),
+    },
+    "nn.dyadic_active_depth": lambda: {"step": 3, "total_steps": 10, "depth": 3},
+    "nn.dyadic_schedule": lambda: {
+        "optimizer": __import__("optax").sgd(0.1),
+        "total_steps": 10,
+        "depth": 3,
+    },
+    "nn.dyadic_grad_mask": lambda: {
+        "tree": _obj("nn.CffnMixer")(4, key=jr.key(0)),
+        "active_depth": 2,
+    },
+    "nn.convexity_gap": lambda: {"f": _bowl, **_pairs()},
+    "nn.monotonicity_gap": lambda: {"f": _bowl, **_pairs()},
+    "nn.supermodularity_gap": lambda: {"f": _bowl, **_pairs()},
+    "nn.corner_floor": lambda: {"f": _bowl, "n": 2},
+    "nn.squared_error_loss": lambda: {
+        "model": _bowl,
+        "batch": (_pairs()["x"], jnp.array([0.1, 0.2, 0.3])),
+        "key": jr.key(0),
+    },
+    "nn.sup_error": lambda: {
+        "key": jr.key(0),
+        "f": _bowl,
+        "g": lambda v: jnp.sum(v**2) + 0.1 * v[0],
+        "n": 2,
+        "num_samples": 16,
+        "num_starts": 2,
+        "num_ascent": 3,
+    },
+    "nn.BoxSampler": lambda: {"target": _bowl, "n": 2, "batch_size": 4},
+    # autoencoders: tiny models (dims (3, 2), a 1-d context) and batches of 4.
+    "autoencoders.MLPAutoencoder": lambda: {"dims": (3, 2), "key": jr.key(0)},
+    "autoencoders.ConstrainedAE": lambda: {"dims": (3, 2), "key": jr.key(0)},
+    "autoencoders.ConcatAE": lambda: {"dims": (3, 2), "context_dim": 1, "key": jr.key(0)},
+    "autoencoders.ConcatCAE": lambda: {"dims": (3, 2), "context_dim": 1, "key": jr.key(0)},
+    "autoencoders.FiLMAE": lambda: {"dims": (3, 2), "context_dim": 1, "key": jr.key(0)},
+    "autoencoders.FiLMCAE": lambda: {"dims": (3, 2), "context_dim": 1, "key": jr.key(0)},
+    "autoencoders.NcAE": lambda: {
+        "dims": (3, 2),
+        "context_dim": 1,
+        "hyper_width": 4,
+        "hyper_depth": 1,
+        "key": jr.key(0),
+    },
+    "autoencoders.recon_rel_mse": lambda: {"project": _ae_project, **_ae_batch()},
+    "autoencoders.idempotency_error": lambda: {"project": _ae_project, **_ae_batch()},
+    "autoencoders.left_inverse_error": lambda: {"model": _ae_model(), **_ae_batch()},
+    "autoencoders.decoder_condition": lambda: {"model": _ae_model(), **_ae_batch()},
+    "autoencoders.context_lipschitz": lambda: {
+        "model": _ae_model(),
+        "Z": jnp.linspace(0.2, 0.8, 8).reshape(4, 2),
+        "C": jnp.linspace(0.1, 0.4, 4).reshape(4, 1),
+        "delta": 0.1,
+    },
+    "autoencoders.procrustes_consistency": lambda: {
+        "Z_a": jnp.array([[0.1, 0.9], [0.4, 0.2], [0.8, 0.5], [0.3, 0.7]]),
+        "Z_b": jnp.array([[0.2, 0.8], [0.5, 0.1], [0.7, 0.6], [0.3, 0.6]]),
+    },
+    "autoencoders.ncae_loss": lambda: {
+        "model": _ae_model(),
+        "batch": tuple(_ae_batch().values()),
+        "key": jr.key(0),
+    },
+    # entropy: short byte strings and a two-state chain.
+    "entropy.markov_entropy_rate": lambda: {"transition": jnp.asarray(_MARKOV)},
+    "entropy.sample_markov": lambda: {
+        "key": jr.key(0),
+        "transition": jnp.asarray(_MARKOV),
+        "length": 16,
+    },
+    "entropy.to_symbols": lambda: {"seq": "abracadabra"},
+    "entropy.match_lengths": lambda: {"seq": "abracadabra"},
+    "entropy.match_lengths_bruteforce": lambda: {"seq": "abracadabra"},
+    "entropy.entropy_rate": lambda: {"seq": "abracadabra abracadabra"},
+    "entropy.score_documents": lambda: {"docs": _DOCS},
+    "entropy.diversity_metrics": lambda: {"docs": _DOCS},
+    "entropy.filter_by_entropy": lambda: {"docs": _DOCS, "keep": 2},
+    "entropy.filter_random": lambda: {"key": jr.key(0), "docs": _DOCS, "keep": 2},
+    "entropy.filter_by_logprob": lambda: {
+        "docs": _DOCS,
+        "model": lambda doc: -float(len(doc)),
+        "keep": 0.5,
+    },
+    # dictionary: a 4 x 12 data matrix and a 3-atom dictionary.
+    "dictionary.transform": lambda: {
+        "X": jnp.linspace(-1.0, 1.0, 48).reshape(4, 12) ** 3,
+        "dictionary": jnp.eye(4)[:, :3],
+        "lam1": 0.05,
+        "num_steps": 10,
+    },
+    "dictionary.fit_padl": lambda: {
+        "X": jnp.sin(jnp.arange(48.0).reshape(4, 12)),
+        "num_atoms": 3,
+        "key": jr.key(0),
+        "max_steps": 4,
+        "warmup_steps": 2,
+        "ramp_steps": 1,
+        "fista_steps": 5,
+        "prune_every": 2,
+        "reestimate_every": 2,
+        "path_size": 3,
+        "path_steps": 3,
+    },
     "core.solve_ode": lambda: {"vector_field": lambda t, y, a: -y, "y0": jnp.array([1.0, 0.5])},
     "core.solve_sde": lambda: {
         "drift": lambda t, y, a: -y,
@@ -926,6 +1214,10 @@ EXEMPT: dict[str, str] = {
     "pde.run_delayed_acceptance": "a whole warm-up and delayed-acceptance run, compiled once per "
     "case (about 35 CPU-s here); its kernel `pde.delayed_acceptance_hmc` is covered and its "
     "checks are tested in tests/pde/test_pde_delayed_acceptance.py",
+    "nn.LinearAdapter": "a type alias (Callable) of the adapter hook, not an entry point",
+    "nn.fit_on_box": _TRAINING + "; tested in tests/nn/test_nn_icnn_modules.py",
+    "transformers.ABLResult": "a result type (a FitResult of fit_abl)",
+    "transformers.FinePruneResult": "a result type (a FitResult of fit_fine_prune)",
 }
 
 # Not covered yet: the annotations do not say how to build valid arguments and no factory has
@@ -945,6 +1237,12 @@ NO_FACTORY_YET: dict[str, str] = {
     "autoencoders.MLPAutoencoder": "a module sized by `dims`",
     "autoencoders.NcAE": "a module sized by `dims`",
     "autoencoders.ncae_loss": "needs a user model or callable (`model`)",
+    "bridges.DoobDrift": "needs a user model or callable (`quad`)",
+    "bridges.GuidedDrift": "needs a user model or callable (`drift`)",
+    "bridges.guided_drift": "needs a user model or callable (`drift`)",
+    "bridges.sample_bridge": "needs a user model or callable (`x0`)",
+    "bridges.check_samples": "needs a user model or callable (`Y`)",
+    "bridges.evaluate_nll": "needs a user model or callable (`Y`)",
     "bridges.fit_log_potential": "needs a user model or callable (`Y`)",
     "bridges.ControlNet": "a module sized by `dim`",
     "bridges.GuidedTree": "needs a TreeTopology",
@@ -990,6 +1288,10 @@ NO_FACTORY_YET: dict[str, str] = {
     "entropy.match_lengths": "needs a name or option string (`seq`)",
     "entropy.match_lengths_bruteforce": "needs a name or option string (`seq`)",
     "entropy.to_symbols": "needs a name or option string (`seq`)",
+    "flows.flow_matching_loss": "needs a user model or callable (`batch`)",
+    "flows.euler_pushforward": "needs a user model or callable (`vector_field`)",
+    "flows.material_acceleration": "needs a user model or callable (`vector_field`)",
+    "flows.straightness": "needs a user model or callable (`vector_field`)",
     "flows.FeatureDiscriminator": "a module sized by `feature_channels`",
     "flows.IntervalConditionedNet": "needs a user model or callable (`interval`)",
     "flows.SRVelocityNet": "a module sized by `shape`",
@@ -1025,55 +1327,49 @@ NO_FACTORY_YET: dict[str, str] = {
     "nn.sup_error": "needs a user model or callable (`f`)",
     "nn.supermodularity_gap": "needs a user model or callable (`f`)",
     "nn.TransformerBlock": "needs a user model or callable (`mixer_kwargs`)",
+    "pde.TransitionFlow": "needs a user model or callable (`box_lo`)",
+    "pde.flow_parameters": "needs a TransitionFlow",
     "pde.flow_at": "needs a TransitionFlow",
     "pde.integrate_ng": "needs a TransitionFlow",
     "pde.spacetime_loss": "needs a TransitionFlow",
     "pde.fit_spacetime": "needs a TransitionFlow",
     "pde.run_nuts": "needs a user model or callable (`logdensity_fn`)",
     "selectivity.SurrogateBackend": "needs a user model or callable (`landscapes`)",
+    "pde.surrogate_path_loglik": "needs a TransitionFlow",
+    "pde.fp_log_residual": "needs a user model or callable (`logp_fn`)",
+    "pde.fp_log_rhs": "needs a user model or callable (`logp_fn`)",
     "selectivity.TargetSpec": "needs a name or option string (`name`)",
     "selectivity.Task": "needs a name or option string (`name`)",
     "selectivity.evaluate_samples": "needs a user model or callable (`samples`)",
     "selectivity.load_task_manifest": "needs a name or option string (`path`)",
-    "selectivity.ClassifierGuidedVelocity": "needs a user model or callable (`base`)",
-    "selectivity.SelectivityObjective": "needs a user model or callable (`on_fn`)",
-    "selectivity.bootstrap_ci": "needs a user model or callable (`metric_fn`)",
     "selectivity.parse_pdbqt": "needs a name or option string (`text`)",
-    "transformers.evaluate_lm": "needs a user model or callable (`model`)",
-    "transformers.lm_loss": "needs a user model or callable (`batch`)",
-    "transformers.sample_lm": "needs a user model or callable (`model`)",
-    "transformers.score_sequences": "needs a user model or callable (`model`)",
-    "transformers.sequence_log_prob": "needs a user model or callable (`model`)",
-    "transformers.token_nll": "needs a user model or callable (`model`)",
     "transformers.fit_lm": "`batches` has no annotation",
     "transformers.icl_loss": "needs a user model or callable (`model`)",
     "transformers.sample_task": "needs a user model or callable (`pieces`)",
     "transformers.QESTransformer": "needs a user model or callable (`adapters`)",
     "transformers.fit_abl": "needs a QESTransformer",
-    "transformers.adapter_optimizer": "needs a QESTransformer",
     "transformers.adapter_task_loss": "needs a QESTransformer",
-    "transformers.attack_success_rate": "needs a name or option string (`task`)",
     "transformers.backdoor_batches": "needs `x` as numpy data or text",
-    "transformers.clean_test_set": "needs a name or option string (`task`)",
     "transformers.fit_fine_prune": "needs a user model or callable (`model`)",
     "transformers.fit_finetune": "`batches` has no annotation",
     "transformers.greedy_decode": "needs a user model or callable (`model`)",
-    "transformers.make_task": "needs a name or option string (`name`)",
-    "transformers.poison": "needs `x` as numpy data or text",
     "transformers.qes_loss": "needs a QESTransformer",
-    "transformers.restore": "needs a QESTransformer",
     "transformers.sample_losses": "needs a QESTransformer",
-    "transformers.shutdown": "needs a QESTransformer",
     "transformers.suspect_recall": "needs a FitResult",
     "transformers.fit_qes": "needs a QESTransformer",
-    "transformers.trainable_filter": "needs a QESTransformer",
-    "transformers.triggered_test_set": "needs a name or option string (`task`)",
     # Built from the annotations, but the values do not fit the method (a follow-up each):
     "dictionary.fit_padl": "its auto-built arguments are not valid for it",
     "dictionary.transform": "its auto-built arguments are not valid for it",
+    "bridges.fuse": "its auto-built arguments are not valid for it",
+    "bridges.gaussian_kl": "its auto-built valid call gives a non-finite result",
+    "bridges.leaf_message": "its auto-built arguments are not valid for it",
+    "bridges.log_evidence": "its auto-built arguments are not valid for it",
+    "bridges.log_h": "its auto-built valid call gives a non-finite result",
+    "bridges.pullback": "its auto-built arguments are not valid for it",
+    "deconvolution.GaussianMixture": "its auto-built arguments are not valid for it",
+    "deconvolution.init_gaussian_mixture": "its auto-built arguments are not valid for it",
+    "deconvolution.noise_covariances": "its auto-built arguments are not valid for it",
     "discrete.DiffusionTransformer": "its auto-built arguments are not valid for it",
-    "entropy.markov_entropy_rate": "its auto-built arguments are not valid for it",
-    "entropy.sample_markov": "its auto-built arguments are not valid for it",
     "flows.FrozenFeatures": "its auto-built arguments are not valid for it",
     "flows.MixtureInterpolantVelocity": "its auto-built arguments are not valid for it",
     "flows.denoiser_targets": "its auto-built arguments are not valid for it",
@@ -1081,13 +1377,16 @@ NO_FACTORY_YET: dict[str, str] = {
     "flows.ntm_elbo": "its auto-built arguments are not valid for it",
     "flows.trajectory_score_denoise": "its auto-built arguments are not valid for it",
     "nn.apply_rotary": "its auto-built arguments are not valid for it",
+    "pde.box_inverse": "its auto-built valid call gives a non-finite result",
+    "pde.box_transform": "its auto-built arguments are not valid for it",
+    "pde.euler_path_loglik": "its auto-built arguments are not valid for it",
+    "pde.exact_log_transition": "its auto-built arguments are not valid for it",
+    "pde.exact_path_loglik": "its auto-built arguments are not valid for it",
+    "pde.frozen_gaussian_reference": "its auto-built valid call gives a non-finite result",
+    "pde.simulate_path": "its auto-built arguments are not valid for it",
     "selectivity.DockstringBackend": "its auto-built arguments are not valid for it",
     "selectivity.PoseScoreBackend": "its auto-built arguments are not valid for it",
     "selectivity.VinaBackend": "its auto-built arguments are not valid for it",
-    "selectivity.cross_target_auroc": "its auto-built valid call gives a non-finite result",
-    "transformers.attach_lora": "its auto-built arguments are not valid for it",
-    "transformers.attach_qes": "its auto-built arguments are not valid for it",
-    "transformers.generative_perplexity": "its auto-built arguments are not valid for it",
 }
 EXEMPT |= {q: f"no factory yet: {why}" for q, why in NO_FACTORY_YET.items()}
 
@@ -1098,146 +1397,14 @@ KNOWN_GAPS: dict[str, set] = {
     # unused (the diffrax signature) and a check would run at every solver step.
     "data.coupled_pendulum_field": {("t", "nan_scalar")},
     "data.lorenz96_field": {("t", "nan_scalar")},
-    # Found by the slow tier and not fixed yet (the follow-up list), as (argument, kind) pairs:
-    "dictionary.debias_codes": {("codes", "inf"), ("codes", "nan")},
-    "dictionary.estimate_hyperparameters": {
-        ("D", "inf"),
-        ("D", "nan"),
-        ("R", "inf"),
-        ("R", "nan"),
-        ("X", "inf"),
-        ("X", "nan"),
-        ("a0", "nan_scalar"),
-        ("b0", "nan_scalar"),
-    },
-    "dictionary.fista_codes": {
-        ("D", "inf"),
-        ("D", "nan"),
-        ("R0", "inf"),
-        ("X", "inf"),
-        ("X", "nan"),
-        ("lam1", "inf"),
-        ("lam1", "nan"),
-        ("lam_row", "inf"),
-        ("lam_row", "nan"),
-    },
-    "dictionary.lipschitz_constant": {("D", "empty"), ("D", "inf"), ("D", "nan")},
-    "dictionary.project_l1_ball": {("v", "empty"), ("z", "inf"), ("z", "nan")},
-    "dictionary.prox_row_l1_count": {
-        ("t0", "inf"),
-        ("t0", "nan"),
-        ("t1", "inf"),
-        ("t1", "nan"),
-        ("v", "inf"),
-        ("v", "nan"),
-    },
-    "dictionary.prox_row_l1_linf": {("t1", "inf"), ("t2", "inf"), ("t2", "nan"), ("v", "empty")},
-    "dictionary.prune_refit": {
-        ("X", "inf"),
-        ("X", "nan"),
-        ("lam0", "nan_scalar"),
-        ("lam1", "nan_scalar"),
-    },
-    "dictionary.soft_threshold": {("t", "inf")},
-    "dictionary.storage_bits": {("codes", "inf"), ("codes", "nan")},
-    "nn.CffnMixer": {("eps", "nan_scalar")},
-    "nn.GatedCFMixer": {("c_std", "nan_scalar"), ("eps", "nan_scalar")},
-    "nn.MLPMixer": {("dim", "negative_int"), ("expansion", "negative_int")},
-    "nn.MoEMixer": {("dim", "negative_int")},
-    "nn.MultiHeadAttention": {("num_heads", "zero")},
-    "nn.RMSNorm": {("eps", "nan_scalar")},
-    "nn.SwiGLUMixer": {("dim", "negative_int")},
-    "nn.TimeEmbedding": {("scale", "nan_scalar")},
-    "nn.capped_reciprocal": {("eps", "nan_scalar"), ("v", "inf")},
-    "nn.cf_bottom_up": {("a", "inf")},
-    "nn.cf_signed_logexp": {("a", "inf")},
-    "nn.max_affine": {("G", "inf"), ("G", "nan"), ("h", "inf"), ("h", "nan")},
-    "nn.recip_logexp": {("eps", "nan_scalar"), ("v", "inf")},
-    "nn.sinusoidal_embedding": {("max_period", "nan_scalar")},
-    "selectivity.WellLandscape": {("centers", "int_dtype")},
-    "selectivity.diagonal_dominance": {("G", "inf"), ("G", "nan")},
-    "selectivity.hit_frequency": {("S", "empty"), ("S", "nan"), ("margin", "nan_scalar")},
-    "selectivity.off_aggregate": {("tau", "nan_scalar")},
-    "selectivity.panel_hits": {("margin", "nan_scalar")},
-    "selectivity.selective_hit_rate": {
-        ("S", "empty"),
-        ("S", "nan"),
-        ("off_threshold", "nan_scalar"),
-        ("on_threshold", "nan_scalar"),
-    },
-    "selectivity.selectivity_gap": {("tau", "nan_scalar")},
-    "selectivity.success_rate": {
-        ("S", "empty"),
-        ("S", "nan"),
-        ("margin", "nan_scalar"),
-        ("on_threshold", "nan_scalar"),
-    },
-    "selectivity.summarize": {
-        ("S", "nan"),
-        ("margin", "nan_scalar"),
-        ("off_threshold", "nan_scalar"),
-        ("on_threshold", "nan_scalar"),
-    },
-    "selectivity.top1_rate": {("S", "empty"), ("S", "nan")},
-    "selectivity.vinalike_energy": {
-        ("lig_xyz", "inf"),
-        ("lig_xyz", "nan"),
-        ("rec_xyz", "inf"),
-        ("rec_xyz", "nan"),
-    },
-    "selectivity.vinalike_terms": {("d", "inf")},
-    "selectivity.zscore_scores": {("ref_std", "inf")},
-    "transformers.FourierLift": {("D", "negative_int"), ("num_frequencies", "negative_int")},
-    "transformers.LinearAttentionICL": {
-        ("D", "negative_int"),
-        ("num_frequencies", "negative_int"),
-        ("num_heads", "zero"),
-    },
-    "transformers.LoRALinear": {("alpha", "nan_scalar")},
-    "transformers.MoLoRALinear": {("alpha", "nan_scalar")},
-    "transformers.QESConfig": {
-        ("alpha", "nan_scalar"),
-        ("lambda_bal", "nan_scalar"),
-        ("lambda_keep", "nan_scalar"),
-        ("lambda_route", "nan_scalar"),
-        ("warmup_frac", "nan_scalar"),
-    },
-    "transformers.SoftmaxICL": {
-        ("D", "negative_int"),
-        ("num_frequencies", "negative_int"),
-        ("num_heads", "zero"),
-    },
-    "transformers.bayes_predict": {("amplitude", "negative_scalar")},
-    "transformers.bayes_risk": {("amplitude", "negative_scalar")},
-    "transformers.gaussian_weights": {("x", "inf")},
-    "transformers.kernel_ridge_predict": {("x0", "inf")},
-    "transformers.knn_predict": {
-        ("x", "inf"),
-        ("x", "nan"),
-        ("x0", "inf"),
-        ("x0", "nan"),
-        ("y", "inf"),
-    },
-    "transformers.lm_optimizer": {
-        ("b1", "nan_scalar"),
-        ("b2", "nan_scalar"),
-        ("clip_norm", "nan_scalar"),
-        ("learning_rate", "nan_scalar"),
-        ("weight_decay", "nan_scalar"),
-    },
-    "transformers.nadaraya_watson": {("x", "inf")},
-    "transformers.prior_features": {("amplitude", "negative_scalar"), ("t", "empty")},
-    "transformers.route_loss": {("gbar_q", "inf")},
-    "transformers.routing_auroc": {
-        ("scores_clean", "empty"),
-        ("scores_clean", "inf"),
-        ("scores_clean", "nan"),
-        ("scores_triggered", "empty"),
-        ("scores_triggered", "inf"),
-        ("scores_triggered", "nan"),
-    },
-    "transformers.shutdown_mask": {("mask", "nan")},
-    "transformers.trim_suspects": {("losses", "inf"), ("losses", "nan")},
+    # NaN in `S` marks a failed docking where `valid` is not given (the documented convention
+    # of jaxgen.selectivity): those rows are reported as failures, not as a silent result.
+    "selectivity.hit_frequency": {("S", "nan")},
+    "selectivity.selective_hit_rate": {("S", "nan")},
+    "selectivity.success_rate": {("S", "nan")},
+    "selectivity.summarize": {("S", "nan")},
+    "selectivity.top1_rate": {("S", "nan")},
+    "selectivity.bootstrap_ci": {("S", "nan")},
 }
 
 # Families whose entry points run in the fast suite; the others are marked slow.

@@ -16,11 +16,28 @@ from jaxtyping import Array, Float
 from ._cae import AbstractAutoencoder
 
 
-def _check_batch(X: Array, C: Array) -> tuple[Array, Array]:
+def _check_batch(X: Array, C: Array, names: tuple[str, str] = ("X", "C")) -> tuple[Array, Array]:
+    """Shapes ``(n, N)``, ``(n, p)`` with ``n >= 1`` (trace time)."""
     X, C = jnp.asarray(X), jnp.asarray(C)
-    if X.ndim != 2 or C.ndim != 2 or X.shape[0] != C.shape[0]:
-        raise ValueError(f"`X` (n, N) and `C` (n, p) expected, got {X.shape} and {C.shape}.")
+    a, b = names
+    if X.ndim != 2 or C.ndim != 2 or X.shape[0] != C.shape[0] or X.shape[0] < 1:
+        raise ValueError(
+            f"`{a}` (n, N) and `{b}` (n, p) with n >= 1 expected, got {X.shape} and {C.shape}."
+        )
     return X, C
+
+
+def _finite_inputs(out: Array, **inputs: Array) -> Array:
+    """``out`` carrying the check that every input is finite.
+
+    Attached to the result rather than the inputs: a model that ignores its context would drop
+    a check attached to ``C`` (and hide its NaN).
+    """
+    for name, value in inputs.items():
+        out = eqx.error_if(
+            out, ~jnp.all(jnp.isfinite(value)), f"`{name}` must be finite (no NaN/inf)."
+        )
+    return out
 
 
 @eqx.filter_jit
@@ -29,7 +46,8 @@ def recon_rel_mse(project: Callable, X: Array, C: Array) -> Float[Array, ""]:
     X, C = _check_batch(X, C)
     proj = jax.vmap(project)(X, C)
     centred = X - jnp.mean(X, axis=0, keepdims=True)
-    return jnp.mean(jnp.sum((proj - X) ** 2, -1)) / jnp.mean(jnp.sum(centred**2, -1))
+    out = jnp.mean(jnp.sum((proj - X) ** 2, -1)) / jnp.mean(jnp.sum(centred**2, -1))
+    return _finite_inputs(out, X=X, C=C)
 
 
 @eqx.filter_jit
@@ -51,7 +69,7 @@ def idempotency_error(project: Callable, X: Array, C: Array, n_iter: int = 1) ->
         return jnp.linalg.norm(q - p), jnp.linalg.norm(p)
 
     num, den = jax.vmap(one)(X, C)
-    return jnp.mean(num) / jnp.mean(den)
+    return _finite_inputs(jnp.mean(num) / jnp.mean(den), X=X, C=C)
 
 
 @eqx.filter_jit
@@ -60,7 +78,8 @@ def left_inverse_error(model: AbstractAutoencoder, X: Array, C: Array) -> Float[
     X, C = _check_batch(X, C)
     z = jax.vmap(model.encode)(X, C)
     back = jax.vmap(lambda zz, c: model.encode(model.decode(zz, c), c))(z, C)
-    return jnp.mean(jnp.linalg.norm(back - z, axis=-1)) / jnp.mean(jnp.linalg.norm(z, axis=-1))
+    out = jnp.mean(jnp.linalg.norm(back - z, axis=-1)) / jnp.mean(jnp.linalg.norm(z, axis=-1))
+    return _finite_inputs(out, X=X, C=C)
 
 
 @eqx.filter_jit
@@ -74,7 +93,7 @@ def decoder_condition(model: AbstractAutoencoder, X: Array, C: Array) -> Float[A
         sv = jnp.linalg.svd(J, compute_uv=False)
         return (sv[0] / sv[-1]) ** 2
 
-    return jnp.median(jax.vmap(cond)(z, C))
+    return _finite_inputs(jnp.median(jax.vmap(cond)(z, C)), X=X, C=C)
 
 
 @eqx.filter_jit
@@ -82,11 +101,11 @@ def context_lipschitz(
     model: AbstractAutoencoder, Z: Array, C: Array, delta: float
 ) -> Float[Array, ""]:
     """``mean ||D_{c+delta}(z) - D_c(z)|| / delta`` (stable in delta => smooth in c)."""
-    Z, C = jnp.asarray(Z), jnp.asarray(C)
+    Z, C = _check_batch(Z, C, ("Z", "C"))
     if not delta > 0:
         raise ValueError(f"`delta` must be > 0, got {delta}.")
     diff = jax.vmap(lambda z, c: model.decode(z, c + delta) - model.decode(z, c))(Z, C)
-    return jnp.mean(jnp.linalg.norm(diff, axis=-1)) / delta
+    return _finite_inputs(jnp.mean(jnp.linalg.norm(diff, axis=-1)) / delta, Z=Z, C=C)
 
 
 @eqx.filter_jit

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from ..core.checks import check_module
+from ..core.checks import check_module, check_positive_int
 from ._cae import DEFAULT_ALPHA, AbstractAutoencoder, ConstrainedAE, check_dims, check_sample
 
 MODES = ("slope_shift", "angle")
@@ -96,6 +96,8 @@ class NcAE(AbstractAutoencoder):
             raise ValueError(f"need s_min < 1 < s_max (slope 1 at init), got {s_min}, {s_max}.")
         if mode not in MODES:
             raise ValueError(f"`mode` must be one of {MODES}, got {mode!r}.")
+        hyper_width = check_positive_int(hyper_width, "hyper_width")
+        hyper_depth = check_positive_int(hyper_depth, "hyper_depth", minimum=0)
         k_cae, k_hyper = jr.split(key)
         self.cae = ConstrainedAE(dims, key=k_cae, alpha=alpha)
         out = 2 * sum(dims[1:])

@@ -51,6 +51,17 @@ def is_traced(x: Any) -> bool:
     return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves(x))
 
 
+def _host_or_device(x: ArrayLike) -> tuple[Any, Any]:
+    """``(array, xp)``: host values (Python numbers, numpy arrays) stay numpy, so that their
+    check is concrete and raises now even inside a `jax.jit` trace (where ``jnp`` on a constant
+    gives a tracer); JAX arrays and tracers use ``jnp``. The checked value is returned as
+    ``jnp.asarray(x)`` (a Python scalar stays weakly typed).
+    """
+    if isinstance(x, jax.Array | jax.core.Tracer):
+        return x, jnp
+    return np.asarray(x), np
+
+
 def _fail_or_flag(x: Array, bad: Any, message: str) -> Array:
     """Raise ``ValueError(message)`` now for concrete ``bad``; else attach an ``error_if``."""
     if not is_traced(bad):
@@ -150,26 +161,25 @@ def check_shape(x: ArrayLike, shape: tuple[int | None, ...], name: str) -> Array
 
 def check_finite(x: ArrayLike, name: str) -> Array:
     """No NaN or inf anywhere in ``x`` (value check)."""
-    arr = jnp.asarray(x)
+    arr, xp = _host_or_device(x)
     if not jnp.issubdtype(arr.dtype, jnp.inexact):
-        return arr
-    return _fail_or_flag(arr, ~jnp.all(jnp.isfinite(arr)), f"`{name}` must be finite (no NaN/inf).")
+        return jnp.asarray(x)
+    bad = ~xp.all(xp.isfinite(arr))
+    return _fail_or_flag(jnp.asarray(x), bad, f"`{name}` must be finite (no NaN/inf).")
 
 
 def check_positive(x: ArrayLike, name: str) -> Array:
     """Every entry finite and ``> 0`` (scales, bandwidths, step sizes)."""
-    arr = jnp.asarray(x)
-    return _fail_or_flag(
-        arr, ~jnp.all(jnp.isfinite(arr) & (arr > 0)), f"`{name}` must be finite and > 0."
-    )
+    arr, xp = _host_or_device(x)
+    bad = ~xp.all(xp.isfinite(arr) & (arr > 0))
+    return _fail_or_flag(jnp.asarray(x), bad, f"`{name}` must be finite and > 0.")
 
 
 def check_nonnegative(x: ArrayLike, name: str) -> Array:
     """Every entry finite and ``>= 0`` (couplings, rates, weights)."""
-    arr = jnp.asarray(x)
-    return _fail_or_flag(
-        arr, ~jnp.all(jnp.isfinite(arr) & (arr >= 0)), f"`{name}` must be finite and >= 0."
-    )
+    arr, xp = _host_or_device(x)
+    bad = ~xp.all(xp.isfinite(arr) & (arr >= 0))
+    return _fail_or_flag(jnp.asarray(x), bad, f"`{name}` must be finite and >= 0.")
 
 
 def check_in_interval(
@@ -181,12 +191,14 @@ def check_in_interval(
     closed: tuple[bool, bool] = (True, True),
 ) -> Array:
     """Every entry inside ``[low, high]`` (``closed`` says which ends are included)."""
-    arr = jnp.asarray(x)
+    arr, xp = _host_or_device(x)
     above = arr >= low if closed[0] else arr > low
     below = arr <= high if closed[1] else arr < high
     interval = ("[" if closed[0] else "(") + f"{low}, {high}" + ("]" if closed[1] else ")")
     return _fail_or_flag(
-        arr, ~jnp.all(above & below), f"`{name}` must lie in {interval} (and not be NaN)."
+        jnp.asarray(x),
+        ~xp.all(above & below),
+        f"`{name}` must lie in {interval} (and not be NaN).",
     )
 
 

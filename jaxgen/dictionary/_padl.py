@@ -16,6 +16,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, PRNGKeyArray
 
 from ..core import RESULTS
+from ..core.checks import check_finite, check_positive, check_positive_int
 from ._solvers import (
     _check_penalty,
     _debias,
@@ -77,6 +78,8 @@ def _check_data(X: Any, name: str = "X") -> Array:
         raise ValueError(
             f"`{name}` must be 2-D of shape (d, N) with samples as columns, got shape {X.shape}."
         )
+    if min(X.shape) < 1:
+        raise ValueError(f"`{name}` must have shape (d, N) with d, N >= 1, got {X.shape}.")
     if not jnp.issubdtype(X.dtype, jnp.floating):
         raise TypeError(f"`{name}` must have a floating dtype, got {X.dtype}.")
     if not bool(_all_finite(X)):
@@ -130,8 +133,14 @@ def pca_noise_floor(X: Float[ArrayLike, "d N"]) -> float:
 
     References:
         Tipping, Bishop. Probabilistic principal component analysis. JRSS B 61(3), 1999.
+
+    Raises:
+        ValueError: ``X`` not of shape (d, N) with d, N >= 1, or not finite.
     """
     Xh = np.asarray(X, np.float64)
+    if Xh.ndim != 2 or min(Xh.shape) < 1:
+        raise ValueError(f"`X` must have shape (d, N) with d, N >= 1, got {Xh.shape}.")
+    check_finite(Xh, "X")  # a host array: raises now
     ev = np.sort(np.linalg.eigvalsh(Xh @ Xh.T / Xh.shape[1]))
     return float(max(np.mean(ev[: max(1, ev.size // 2)]), 0.0))
 
@@ -209,7 +218,8 @@ def estimate_hyperparameters(
         universal threshold when ``dof_used > 0.4``, else ``sigma2 / beta``), ``lam0``, ``lam2``.
 
     Raises:
-        ValueError: ``R`` has no nonzero entry (an empty dictionary: nothing to estimate from).
+        ValueError: ``R`` has no nonzero entry (an empty dictionary: nothing to estimate from);
+            ``X``, ``D`` or ``R`` not finite; ``a0`` or ``b0`` not finite and > 0.
 
     References:
         Zhao, Tang, Ren, Zhang, Li. A unified probabilistic framework for dictionary learning
@@ -217,6 +227,9 @@ def estimate_hyperparameters(
         adaptation by wavelet shrinkage. Biometrika 81(3), 1994 (the universal threshold).
         Tipping, Bishop. Probabilistic principal component analysis. JRSS B 61(3), 1999.
     """
+    X, D, R = _check_data(X), _check_data(D, "D"), _check_data(R, "R")
+    check_positive(a0, "a0")  # host numbers: raise now
+    check_positive(b0, "b0")
     d, N = X.shape
     K = R.shape[0]
     zero = jnp.zeros((), X.dtype)  # strongly typed, as in the fit loop: one compiled call
@@ -315,7 +328,12 @@ def prune_refit(
     Returns:
         The dictionary (d, K) (unchanged with ``realign=False``), the codes (K, N) and the new
         active mask (K,).
+
+    Raises:
+        ValueError: ``X``, ``D`` or ``R`` not finite; ``lam1`` or ``lam0`` not finite and >= 0.
     """
+    X, D, R = _check_data(X), _check_data(D, "D"), _check_data(R, "R")
+    lam1, lam0 = _check_nonnegative(lam1, "lam1"), _check_nonnegative(lam0, "lam0")
     Xh = np.asarray(X)
     Rh = np.array(R)
     act = np.array(active) & np.any(Rh != 0, axis=1)
@@ -398,10 +416,14 @@ def storage_bits(
         dim: the signal dimension d.
         active: the activated atoms (K,); default: the nonzero rows of ``codes``.
         bits: bits per stored coefficient.
+
+    Raises:
+        ValueError: ``codes`` not 2-D or not finite.
     """
     R = np.asarray(codes)
     if R.ndim != 2:
         raise ValueError(f"`codes` must be 2-D (K, N), got shape {R.shape}.")
+    check_finite(R, "codes")  # a host array: raises now
     num_active = int(np.sum(np.any(R != 0, axis=1) if active is None else np.asarray(active)))
     nnz = int(np.count_nonzero(R))
     if num_active == 0:
@@ -626,6 +648,7 @@ def fit_padl(
         framework for dictionary learning with parsimonious activation. arXiv 2509.25690.
     """
     X = _check_data(X)
+    tol = _check_nonnegative(tol, "tol")
     d, N = X.shape
     if d > N:
         raise ValueError(
@@ -821,8 +844,8 @@ def debias_codes(
     :math:`S_n`; zeros stay zero. Supports are padded to a power of four, so few shapes compile.
     """
     X = _check_data(X)
-    D = jnp.asarray(dictionary, X.dtype)
-    R = jnp.asarray(codes, X.dtype)
+    D = check_finite(jnp.asarray(dictionary, X.dtype), "dictionary")
+    R = check_finite(jnp.asarray(codes, X.dtype), "codes")
     if D.shape[0] != X.shape[0] or R.shape != (D.shape[1], X.shape[1]):
         raise ValueError(
             f"shapes disagree: X {X.shape}, dictionary {D.shape}, codes {R.shape}; "
@@ -864,6 +887,7 @@ def transform(
         ValueError: shape mismatch, NaN/inf, a missing or negative ``lam1``, an empty dictionary.
     """
     X = _check_data(X)
+    num_steps = check_positive_int(num_steps, "num_steps")
     if isinstance(dictionary, PADLResult):
         D = dictionary.dictionary
         lam1 = dictionary.hyperparameters["lam1"] if lam1 is None else lam1

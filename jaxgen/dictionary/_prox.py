@@ -6,6 +6,21 @@ All are pure and traceable; ``vmap`` them over the rows of ``R`` (one row per at
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
+from ..core.checks import check_finite, check_nonnegative
+
+
+def _check_row(v: Array) -> Array:
+    """One non-empty row, finite (a NaN compares false everywhere and would vanish)."""
+    v = jnp.asarray(v)
+    if v.ndim != 1 or v.shape[0] < 1:
+        raise ValueError(f"`v` must have shape (n,) with n >= 1, got {v.shape}.")
+    return check_finite(v, "v")
+
+
+# The public operators check their arguments (``v`` finite, thresholds finite and >= 0); the
+# solvers' FISTA loop calls the unchecked twins (``_soft_threshold``, ...), whose inputs it has
+# checked once at entry.
+
 
 def soft_threshold(v: Float[Array, "*shape"], t: Float[ArrayLike, ""]) -> Float[Array, "*shape"]:
     r"""Elementwise soft threshold, the prox of :math:`t\|\cdot\|_1`.
@@ -18,7 +33,14 @@ def soft_threshold(v: Float[Array, "*shape"], t: Float[ArrayLike, ""]) -> Float[
 
     Returns:
         An array of the shape and dtype of ``v``.
+
+    Raises:
+        ValueError: ``t`` NaN, inf or < 0 (an ``EquinoxRuntimeError`` under `jax.jit`).
     """
+    return _soft_threshold(v, check_nonnegative(t, "t"))
+
+
+def _soft_threshold(v: Array, t: ArrayLike) -> Array:
     t = jnp.asarray(t, dtype=v.dtype)
     return jnp.sign(v) * jnp.maximum(jnp.abs(v) - t, 0)
 
@@ -41,7 +63,15 @@ def project_l1_ball(v: Float[Array, " n"], z: Float[ArrayLike, ""]) -> Float[Arr
     References:
         Duchi, Shalev-Shwartz, Singer, Chandra. Efficient projections onto the l1-ball for
         learning in high dimensions. ICML 2008.
+
+    Raises:
+        ValueError: ``v`` empty or not finite, ``z`` NaN, inf or < 0 (value conditions raise an
+            ``EquinoxRuntimeError`` under `jax.jit`).
     """
+    return _project_l1_ball(_check_row(v), check_nonnegative(z, "z"))
+
+
+def _project_l1_ball(v: Array, z: ArrayLike) -> Array:
     z = jnp.asarray(z, dtype=v.dtype)
     a = jnp.abs(v)
     s = jnp.sort(a)[::-1]
@@ -76,9 +106,18 @@ def prox_row_l1_linf(
     References:
         Zhao, Tang, Ren, Zhang, Li. A unified probabilistic framework for dictionary learning with
         parsimonious activation. arXiv 2509.25690.
+
+    Raises:
+        ValueError: ``v`` empty or not finite, ``t1`` or ``t2`` NaN, inf or < 0 (value
+            conditions raise an ``EquinoxRuntimeError`` under `jax.jit`).
     """
-    u = soft_threshold(v, t1)
-    return u - project_l1_ball(u, t2)
+    v = _check_row(v)
+    return _prox_row_l1_linf(v, check_nonnegative(t1, "t1"), check_nonnegative(t2, "t2"))
+
+
+def _prox_row_l1_linf(v: Array, t1: ArrayLike, t2: ArrayLike) -> Array:
+    u = _soft_threshold(v, t1)
+    return u - _project_l1_ball(u, t2)
 
 
 def prox_row_l1_count(
@@ -100,7 +139,16 @@ def prox_row_l1_count(
     References:
         Zhao, Tang, Li. On the sparsity-storage-accuracy tradeoff in parsimoniously activated
         dictionary learning. arXiv 2606.22352.
+
+    Raises:
+        ValueError: ``v`` empty or not finite, ``t1`` or ``t0`` NaN, inf or < 0 (value
+            conditions raise an ``EquinoxRuntimeError`` under `jax.jit`).
     """
-    u = soft_threshold(v, t1)
+    v = _check_row(v)
+    return _prox_row_l1_count(v, check_nonnegative(t1, "t1"), check_nonnegative(t0, "t0"))
+
+
+def _prox_row_l1_count(v: Array, t1: ArrayLike, t0: ArrayLike) -> Array:
+    u = _soft_threshold(v, t1)
     gain = 0.5 * jnp.sum(v**2) - (0.5 * jnp.sum((u - v) ** 2) + t1 * jnp.sum(jnp.abs(u)))
     return jnp.where(gain > t0, u, jnp.zeros_like(u))

@@ -11,7 +11,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Float
 
-from ._prox import prox_row_l1_count, prox_row_l1_linf
+from ..core.checks import check_finite, check_nonnegative, check_positive_int
+from ._prox import _prox_row_l1_count, _prox_row_l1_linf
 
 PENALTIES = ("count", "linf")
 
@@ -64,7 +65,18 @@ def padl_objective(
 
 
 def lipschitz_constant(D: Float[Array, "d K"], active: Bool[Array, " K"]) -> Float[Array, ""]:
-    """``||D_A||_2^2``, the Lipschitz constant of the code gradient (exact, from the d x d Gram)."""
+    """``||D_A||_2^2``, the Lipschitz constant of the code gradient (exact, from the d x d Gram).
+
+    Raises:
+        ValueError: ``D`` empty or not finite (an ``EquinoxRuntimeError`` under `jax.jit`).
+    """
+    D = jnp.asarray(D)
+    if D.ndim != 2 or min(D.shape) < 1:
+        raise ValueError(f"`D` must have shape (d, K) with d, K >= 1, got {D.shape}.")
+    return _lipschitz_constant(check_finite(D, "D"), active)
+
+
+def _lipschitz_constant(D: Array, active: Array) -> Array:
     Dm = jnp.where(active[None, :], D, 0)
     L = jnp.linalg.eigvalsh(Dm @ Dm.T)[-1]
     return jnp.where(L > 0, L, jnp.ones_like(L))  # empty dictionary: any step, the codes stay 0
@@ -104,7 +116,14 @@ def fista_codes(
     References:
         Beck, Teboulle. Fast gradient-based algorithms for constrained total variation image
         denoising and deblurring problems (MFISTA). IEEE TIP 2009.
+
+    Raises:
+        ValueError: ``X``, ``D`` or ``R0`` not finite, ``lam1`` or ``lam_row`` NaN, inf or < 0
+            (an ``EquinoxRuntimeError`` under `jax.jit`).
     """
+    num_steps = check_positive_int(num_steps, "num_steps")
+    X, D, R0 = check_finite(X, "X"), check_finite(D, "D"), check_finite(R0, "R0")
+    lam1, lam_row = check_nonnegative(lam1, "lam1"), check_nonnegative(lam_row, "lam_row")
     # strongly typed scalars: python floats and arrays then share one compiled solver
     lam1 = jnp.asarray(lam1, X.dtype)
     lam_row = jnp.asarray(lam_row, X.dtype)
@@ -119,8 +138,8 @@ def _fista(X, D, R0, lam1, lam_row, active, *, penalty, num_steps):
     lam1 = jnp.asarray(lam1, dtype)
     lam_row = jnp.asarray(lam_row, dtype)
     Dm = jnp.where(active[None, :], D, 0)
-    step = 1 / lipschitz_constant(D, active)
-    row_prox = prox_row_l1_count if penalty == "count" else prox_row_l1_linf
+    step = 1 / _lipschitz_constant(D, active)
+    row_prox = _prox_row_l1_count if penalty == "count" else _prox_row_l1_linf
     batched_prox = jax.vmap(row_prox, in_axes=(0, None, None))
 
     def prox(V):

@@ -236,9 +236,13 @@ def _check_transition(transition: Any) -> Array:
     if not jnp.issubdtype(p.dtype, jnp.floating):
         raise TypeError(f"`transition` must be floating point, got {p.dtype}.")
     tol = 10 * jnp.finfo(p.dtype).eps * p.shape[0]
-    bad = jnp.any(p < 0) | jnp.any(jnp.abs(jnp.sum(p, axis=1) - 1) > jnp.sqrt(tol))
+    # NaN compares false: test the finiteness explicitly (a NaN row would sample state S - 1).
+    bad = ~jnp.all(jnp.isfinite(p)) | jnp.any(p < 0)
+    bad = bad | jnp.any(jnp.abs(jnp.sum(p, axis=1) - 1) > jnp.sqrt(tol))
     return eqx.error_if(
-        p, bad, "`transition` must be a stochastic matrix: entries >= 0 and rows summing to 1."
+        p,
+        bad,
+        "`transition` must be a stochastic matrix: finite entries >= 0 and rows summing to 1.",
     )
 
 

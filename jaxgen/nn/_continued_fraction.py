@@ -18,11 +18,22 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from ..core.checks import check_finite, check_positive, is_traced
+
 
 def _check_depth(a: Array, name: str) -> int:
     if a.ndim < 1 or a.shape[-1] < 1:
         raise ValueError(f"`{name}` must have a last (depth) axis of size >= 1, got {a.shape}.")
     return a.shape[-1]
+
+
+def _check_eps(eps: float) -> None:
+    """A clamp ``eps`` given as a number: finite and > 0 (raises ``ValueError`` now).
+
+    A traced ``eps`` (a jitted argument) is not checked: the clamps are static hyperparameters.
+    """
+    if not is_traced(eps):
+        check_positive(eps, "eps")
 
 
 def _signum(v: Array) -> Array:
@@ -86,18 +97,33 @@ def cf_value(a: Float[Array, "*batch d"], eps: float = 0.01) -> Float[Array, " *
         ``f(a)`` over the leading axes.
     """
     _check_depth(a, "a")
-    if not eps > 0:
-        raise ValueError(f"`eps` must be > 0, got {eps!r}.")
+    _check_eps(eps)
     return _cf_value(a, eps)
+
+
+def _capped_reciprocal(v: Array, eps: float) -> Array:
+    inside = jnp.abs(v) < eps
+    safe = jnp.where(inside, jnp.ones_like(v), v)
+    return jnp.where(inside, _signum(v) / eps, 1.0 / safe)
 
 
 def capped_reciprocal(v: Float[Array, "*shape"], eps: float = 0.1) -> Float[Array, "*shape"]:
     """CoFrNet's capped reciprocal: ``1/v`` if ``|v| >= eps`` else ``sign(v)/eps`` (sign(0) =
     +1).
+
+    Raises:
+        ValueError: ``eps`` not a finite float > 0; ``v`` not finite (an ``EquinoxRuntimeError``
+            under `jax.jit`): ``1/inf = 0`` would hide the overflow that produced it.
     """
-    inside = jnp.abs(v) < eps
-    safe = jnp.where(inside, jnp.ones_like(v), v)
-    return jnp.where(inside, _signum(v) / eps, 1.0 / safe)
+    _check_eps(eps)
+    return _capped_reciprocal(check_finite(v, "v"), eps)
+
+
+def _recip_logexp(v: Array, eps: float) -> Array:
+    mag = jnp.abs(v)
+    inside = mag < eps
+    safe = jnp.where(inside, jnp.full_like(v, eps), mag)  # keep log away from 0 for the gradient
+    return _signum(v) * jnp.exp(-jnp.log(safe))
 
 
 def recip_logexp(v: Float[Array, "*shape"], eps: float = 0.01) -> Float[Array, "*shape"]:
@@ -105,11 +131,13 @@ def recip_logexp(v: Float[Array, "*shape"], eps: float = 0.01) -> Float[Array, "
 
     Equals `capped_reciprocal` with the same ``eps``; the gradient is ``-1/v^2`` outside the clamp
     and exactly 0 inside (no NaN at ``v = 0``).
+
+    Raises:
+        ValueError: ``eps`` not a finite float > 0; ``v`` not finite (an ``EquinoxRuntimeError``
+            under `jax.jit`).
     """
-    mag = jnp.abs(v)
-    inside = mag < eps
-    safe = jnp.where(inside, jnp.full_like(v, eps), mag)  # keep log away from 0 for the gradient
-    return _signum(v) * jnp.exp(-jnp.log(safe))
+    _check_eps(eps)
+    return _recip_logexp(check_finite(v, "v"), eps)
 
 
 def cf_bottom_up(a: Float[Array, "*batch d"], eps: float | None = None) -> Float[Array, " *batch"]:
@@ -117,11 +145,19 @@ def cf_bottom_up(a: Float[Array, "*batch d"], eps: float | None = None) -> Float
 
     With ``eps`` every reciprocal is `capped_reciprocal` (CoFrNet/AIX360 semantics); without it
     plain division (poles give inf).
+
+    Raises:
+        ValueError: ``a`` not finite (an ``EquinoxRuntimeError`` under `jax.jit`): an infinite
+            partial denominator would silently read as ``1/inf = 0``; ``eps`` given and not a
+            finite float > 0.
     """
     d = _check_depth(a, "a")
+    if eps is not None:
+        _check_eps(eps)
+    a = check_finite(a, "a")
 
     def recip(v: Array) -> Array:
-        return 1.0 / v if eps is None else capped_reciprocal(v, eps)
+        return 1.0 / v if eps is None else _capped_reciprocal(v, eps)
 
     t = a[..., d - 1]
     for k in range(d - 2, -1, -1):
@@ -129,15 +165,25 @@ def cf_bottom_up(a: Float[Array, "*batch d"], eps: float | None = None) -> Float
     return recip(t)
 
 
-def cf_signed_logexp(a: Float[Array, "*batch d"], eps: float = 0.01) -> Float[Array, " *batch"]:
-    """Variant B: the bottom-up ladder with every division as `recip_logexp` (signed, capped)."""
-    d = _check_depth(a, "a")
-    if not eps > 0:
-        raise ValueError(f"`eps` must be > 0, got {eps!r}.")
+def _cf_signed_logexp(a: Array, eps: float) -> Array:
+    d = a.shape[-1]
     t = a[..., d - 1]
     for k in range(d - 2, -1, -1):
-        t = a[..., k] + recip_logexp(t, eps)
-    return recip_logexp(t, eps)
+        t = a[..., k] + _recip_logexp(t, eps)
+    return _recip_logexp(t, eps)
+
+
+def cf_signed_logexp(a: Float[Array, "*batch d"], eps: float = 0.01) -> Float[Array, " *batch"]:
+    """Variant B: the bottom-up ladder with every division as `recip_logexp` (signed, capped).
+
+    Raises:
+        ValueError: ``a`` not finite (an ``EquinoxRuntimeError`` under `jax.jit`); ``eps`` not a
+            finite float > 0. The mixers' per-token ladders (`GatedCFMixer`, `CffnMixer`) call
+            the same evaluation without the finiteness check (a reduction per token).
+    """
+    _check_depth(a, "a")
+    _check_eps(eps)
+    return _cf_signed_logexp(check_finite(a, "a"), eps)
 
 
 # Positive ladders by scaled linear continuants. With |l_k| <= B every continuant factor is
@@ -265,6 +311,11 @@ def cf_log_positive(log_a: Float[Array, "*batch d"]) -> Float[Array, " *batch"]:
 
     Returns:
         ``f(exp(l))`` over the leading axes, in ``(0, exp(-l_1))``.
+
+    Raises:
+        ValueError: ``log_a`` not finite (an ``EquinoxRuntimeError`` under `jax.jit`): the clamp
+            would turn an inf into a plausible value. The mixers' per-token ladders
+            (`GatedCFMixer`) call the same evaluation without this check (a reduction per token).
     """
     _check_depth(log_a, "log_a")
-    return _cf_log_positive_axis(log_a, -1)
+    return _cf_log_positive_axis(check_finite(log_a, "log_a"), -1)

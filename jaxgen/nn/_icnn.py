@@ -755,8 +755,10 @@ def center_biases(model: Any, x: Float[Array, "batch dim"]) -> Any:
     """
     if not isinstance(model, ReLUNet | ReLUPlusNet | ICNN):
         raise TypeError(f"`model` must be a ReLUNet, ReLUPlusNet or ICNN, got {type(model)}.")
-    if x.ndim != 2 or x.shape[1] != model.in_size:
-        raise ValueError(f"`x` must have shape (batch, {model.in_size}), got {x.shape}.")
+    if x.ndim != 2 or x.shape[1] != model.in_size or x.shape[0] < 1:
+        raise ValueError(
+            f"`x` must have shape (batch, {model.in_size}) with batch >= 1, got {x.shape}."
+        )
     return _center_biases(model, x)
 
 

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
+from ..core.checks import check_finite
 from ._icnn import ICNN, ReLUNet, _check_int, _default_dtype
 
 
@@ -146,6 +147,8 @@ def max_affine(
     G_np, h_np = np.asarray(G), np.asarray(h)
     if G_np.ndim != 2 or h_np.shape != (G_np.shape[0],):
         raise ValueError(f"`G` must be (M, n) and `h` (M,), got {G_np.shape} and {h_np.shape}.")
+    check_finite(G_np, "G")  # concrete (numpy) arrays: raises ValueError now
+    check_finite(h_np, "h")
 
     def f(x: Float[Array, "*batch n"]) -> Float[Array, "*batch"]:
         if x.shape[-1] != G_np.shape[1]:

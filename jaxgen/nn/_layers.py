@@ -12,6 +12,8 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Bool, Float, PRNGKeyArray, Real
 
+from ..core.checks import check_positive, check_positive_int
+
 #: Optional low-rank hook of a linear map: ``adapter(name, x) -> delta`` with ``x`` the map's
 #: input ``(L, d_in)`` and ``delta`` ``(L, d_out)`` added to ``x @ W^T``. ``name`` is the weight's
 #: path inside its block (``"attn.w_qkv"``, ``"mixer.w_gate"``, ...). ``None``: no adapter, the
@@ -44,6 +46,8 @@ class RMSNorm(eqx.Module):
     eps: float = eqx.field(static=True)
 
     def __init__(self, dim: int, eps: float = 1e-6, *, dtype: jnp.dtype | None = None):
+        dim = check_positive_int(dim, "dim")
+        check_positive(eps, "eps")  # a static float: raises now
         self.weight = jnp.ones((dim,), dtype=dtype or jnp.zeros(()).dtype)
         self.eps = eps
 
@@ -65,6 +69,7 @@ def apply_rotary(
     hd = x.shape[-1]
     if hd % 2:
         raise ValueError(f"rotary embeddings need an even head dimension, got {hd}.")
+    base = check_positive(base, "base").astype(x.dtype)  # a number: checked at trace time
     freqs = base ** (-jnp.arange(0, hd, 2, dtype=x.dtype) / hd)
     angles = positions.astype(x.dtype)[:, None] * freqs[None, :]  # (L, hd/2)
     cos, sin = jnp.cos(angles)[:, None, :], jnp.sin(angles)[:, None, :]
@@ -90,6 +95,8 @@ class MultiHeadAttention(eqx.Module):
         key: PRNGKeyArray,
         out_std: float = 0.02,
     ):
+        dim = check_positive_int(dim, "dim")
+        num_heads = check_positive_int(num_heads, "num_heads")
         if dim % num_heads:
             raise ValueError(f"`dim` ({dim}) must be divisible by `num_heads` ({num_heads}).")
         k1, k2 = jr.split(key)
@@ -159,6 +166,7 @@ def sinusoidal_embedding(
     if t.ndim != 0:
         raise ValueError(f"`t` must be a scalar, got shape {t.shape}.")
     dtype = t.dtype if jnp.issubdtype(t.dtype, jnp.floating) else jnp.zeros(()).dtype
+    max_period = check_positive(max_period, "max_period").astype(dtype)
     freqs = max_period ** (-jnp.arange(dim // 2, dtype=dtype) / (dim // 2))
     angles = t.astype(dtype) * freqs
     return jnp.concatenate([jnp.cos(angles), jnp.sin(angles)])
@@ -172,6 +180,8 @@ class TimeEmbedding(eqx.Module):
     scale: float = eqx.field(static=True)
 
     def __init__(self, dim: int, *, scale: float = 1000.0, key: PRNGKeyArray):
+        dim = check_positive_int(dim, "dim")
+        check_positive(scale, "scale")  # a static float: raises now
         self.mlp = eqx.nn.MLP(dim, dim, dim, 1, activation=jax.nn.silu, key=key)
         self.dim = dim
         self.scale = scale

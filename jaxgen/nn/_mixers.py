@@ -25,7 +25,8 @@ import jax.tree_util as jtu
 import optax
 from jaxtyping import Array, Float, PRNGKeyArray, PyTree
 
-from ._continued_fraction import _cf_log_positive_axis, cf_signed_logexp, cf_value
+from ..core.checks import check_nonnegative, check_positive_int
+from ._continued_fraction import _cf_log_positive_axis, _cf_signed_logexp, _check_eps, cf_value
 from ._layers import LinearAdapter, adapted_linear, init_normal
 
 MIXERS = ("mlp", "swiglu", "moe", "cofrgenet", "gated_cofrgenet")
@@ -93,6 +94,8 @@ class MLPMixer(AbstractAdaptableMixer):
     dim: int = eqx.field(static=True)
 
     def __init__(self, dim: int, expansion: int = 4, *, key: PRNGKeyArray, out_std: float = 0.02):
+        dim = check_positive_int(dim, "dim")
+        expansion = check_positive_int(expansion, "expansion")
         k1, k2 = jr.split(key)
         self.w_in = init_normal(k1, (expansion * dim, dim))
         self.w_out = init_normal(k2, (dim, expansion * dim), out_std)
@@ -131,7 +134,8 @@ class SwiGLUMixer(AbstractAdaptableMixer):
     def __init__(
         self, dim: int, hidden: int | None = None, *, key: PRNGKeyArray, out_std: float = 0.02
     ):
-        hidden = swiglu_hidden(dim) if hidden is None else hidden
+        dim = check_positive_int(dim, "dim")
+        hidden = swiglu_hidden(dim) if hidden is None else check_positive_int(hidden, "hidden")
         k1, k2, k3 = jr.split(key, 3)
         self.w_gate = init_normal(k1, (hidden, dim))
         self.w_value = init_normal(k2, (hidden, dim))
@@ -171,7 +175,7 @@ def _ladders(
         return coeffs.astype(u.dtype) * _cf_log_positive_axis(pre, -2)
     pre = jnp.moveaxis(pre, 1, -1)  # depth last: (ladders, dim, depth)
     if division == "signed_logexp":
-        z = cf_signed_logexp(pre, eps)
+        z = _cf_signed_logexp(pre, eps)
     else:
         z = cf_value(pre, eps)
     return coeffs.astype(u.dtype) * z
@@ -209,6 +213,8 @@ class _LadderMixer(AbstractChannelMixer):
         bias: bool,
     ) -> None:
         _check_division(division)
+        dim = check_positive_int(dim, "dim")
+        _check_eps(eps)
         if depth < 1 or num_ladders < 0:
             raise ValueError(
                 f"need `depth` >= 1 and `num_ladders` >= 0, got {depth}, {num_ladders}."
@@ -296,6 +302,7 @@ class GatedCFMixer(_LadderMixer):
         out_std: float = 0.02,
         key: PRNGKeyArray,
     ):
+        check_nonnegative(c_std, "c_std")  # a static float: raises now
         kv, kg, ko, kw, kc = jr.split(key, 5)
         self._init_ladders(kw, dim, num_ladders, depth, division=division, eps=eps, bias=True)
         self.w_value = init_normal(kv, (dim, dim))
@@ -348,6 +355,7 @@ class MoEMixer(AbstractChannelMixer):
                 f"unknown `expert` {expert!r}; expected one of "
                 "['mlp', 'swiglu', 'cofrgenet', 'gated_cofrgenet']."
             )
+        dim = check_positive_int(dim, "dim")
         if not 1 <= top_k <= num_experts:
             raise ValueError(f"need 1 <= top_k <= num_experts, got {top_k}, {num_experts}.")
         kr, ke = jr.split(key)

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
+from ..core.checks import check_finite, check_nonnegative
 from ._metrics import summarize
 
 DOCKING_EXTRA = "pip install 'jaxgen[docking]'"
@@ -254,8 +255,8 @@ class SurrogateBackend(AbstractScoringBackend):
     ):
         if not landscapes:
             raise ValueError("`landscapes` must name at least one target.")
-        if noise_sd < 0:
-            raise ValueError(f"`noise_sd` must be >= 0, got {noise_sd}.")
+        check_nonnegative(noise_sd, "noise_sd")  # numbers: raise now (NaN included)
+        check_finite(offset, "offset")
         self.landscapes = dict(landscapes)
         self.offset, self.noise_sd = float(offset), float(noise_sd)
 

@@ -25,6 +25,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
+from ..core.checks import check_finite
+
 
 class SelectivityObjective(eqx.Module):
     r"""Selectivity of one sample: :math:`J = a_{on} - \lambda[\tau \operatorname{LSE}_k(a_k/\tau)
@@ -113,6 +115,7 @@ class ClassifierGuidedVelocity(eqx.Module):
             raise TypeError("`base` and `objective` must be callables.")
         if not t_min > 0:
             raise ValueError(f"`t_min` must be > 0, got {t_min}.")
+        check_finite(scale, "scale")  # a number: raises now
         self.base, self.objective = base, objective
         self.scale, self.t_min = float(scale), float(t_min)
         self.through_denoiser = bool(through_denoiser)

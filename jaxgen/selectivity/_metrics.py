@@ -28,6 +28,8 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
 
+from ..core.checks import check_finite, check_positive
+
 AGGREGATES = ("min", "mean", "soft")
 
 
@@ -41,6 +43,8 @@ def _check_scores(
             f"`S` must have shape (n, K+1) with K >= 1 off-targets (column 0 = on-target), got "
             f"{S.shape}."
         )
+    if S.shape[0] < 1:
+        raise ValueError(f"`S` must have at least one row (molecule), got shape {S.shape}.")
     if not jnp.issubdtype(S.dtype, jnp.floating):
         S = S.astype(jnp.result_type(float))
     if valid is None:
@@ -56,6 +60,18 @@ def _check_scores(
         "`S` has NaN/inf entries marked valid; mark failed scorings False in `valid`.",
     )
     return S, valid
+
+
+def _check_level(value: Any, name: str) -> Any:
+    """A threshold or margin: finite (``None`` passes through, for the optional ones).
+
+    A NaN threshold makes every comparison false and would read as a 0% rate. A Python number is
+    checked now and returned as it is; an array comes back carrying its run-time check.
+    """
+    if value is None:
+        return None
+    checked = check_finite(value, name)
+    return value if isinstance(value, int | float) else checked
 
 
 def _split(S: Array, valid: Array) -> tuple[Array, Array, Array, Array, Array]:
@@ -103,9 +119,9 @@ def off_aggregate(
     """
     if how not in AGGREGATES:
         raise ValueError(f"`how` must be one of {AGGREGATES}, got {how!r}.")
-    if how == "soft" and not tau > 0:
-        raise ValueError(f"`tau` must be > 0, got {tau}.")
+    tau = check_positive(tau, "tau")  # checked for every `how`: a NaN is a mistake anyway
     S, valid = _check_scores(S, valid)
+    tau = tau.astype(S.dtype)
     _, o, _, off_ok, evaluable = _split(S, valid)
     count = jnp.sum(off_ok, axis=1)
     if how == "min":
@@ -143,6 +159,10 @@ def success_rate(
     ``on_threshold=None`` drops the second test. Defaults from TheSelective's code (gap > 1
     kcal/mol, on-target < -7).
     """
+    margin, on_threshold = (
+        _check_level(margin, "margin"),
+        _check_level(on_threshold, "on_threshold"),
+    )
     S, valid = _check_scores(S, valid)
     s, o, _, _, evaluable = _split(S, valid)
     hit = (jnp.min(o, axis=1) - s) >= margin
@@ -159,6 +179,8 @@ def selective_hit_rate(
     off_threshold: float = -7.0,
 ) -> Float[Array, ""]:
     """Fraction of evaluable rows binding the on-target (<= on) and no valid off-target (<= off)."""
+    on_threshold = _check_level(on_threshold, "on_threshold")
+    off_threshold = _check_level(off_threshold, "off_threshold")
     S, valid = _check_scores(S, valid)
     s, o, _, _, evaluable = _split(S, valid)
     hit = (s <= on_threshold) & jnp.all(o > off_threshold, axis=1)
@@ -213,6 +235,7 @@ def panel_hits(
     With ``absolute`` given: ``#{o <= absolute}`` (a liability threshold). NaN where not
     evaluable (float, so that it can carry NaN).
     """
+    margin, absolute = _check_level(margin, "margin"), _check_level(absolute, "absolute")
     S, valid = _check_scores(S, valid)
     hits = jnp.sum(_panel_hit_matrix(S, valid, margin, absolute), axis=1)
     evaluable = _split(S, valid)[4]
@@ -231,6 +254,7 @@ def hit_frequency(
     Shows WHICH liabilities are hit (`panel_hits` counts them per molecule). NaN for a target
     with no valid pair.
     """
+    margin, absolute = _check_level(margin, "margin"), _check_level(absolute, "absolute")
     S, valid = _check_scores(S, valid)
     hit = _panel_hit_matrix(S, valid, margin, absolute)
     pair_ok = valid[:, :1] & valid[:, 1:]
@@ -253,7 +277,8 @@ def zscore_scores(
             f"`ref_mean` and `ref_std` must have shape ({S.shape[-1]},), one per column of `S` "
             f"{S.shape}; got {ref_mean.shape} and {ref_std.shape}."
         )
-    ref_std = eqx.error_if(ref_std, jnp.any(ref_std <= 0), "`ref_std` must be > 0.")
+    ref_mean = check_finite(ref_mean, "ref_mean")
+    ref_std = check_positive(ref_std, "ref_std")
     return (S - ref_mean[None, :]) / ref_std[None, :]
 
 
@@ -327,6 +352,7 @@ def diagonal_dominance(G: Float[ArrayLike, "T T"]) -> Float[Array, ""]:
     G = jnp.asarray(G)
     if G.ndim != 2 or G.shape[0] != G.shape[1] or G.shape[0] < 2:
         raise ValueError(f"`G` must be a square (T, T) matrix with T >= 2, got {G.shape}.")
+    G = check_finite(G, "G")
     off = jnp.where(jnp.eye(G.shape[0], dtype=bool), jnp.inf, G)
     return jnp.mean((jnp.diagonal(G) < jnp.min(off, axis=1)).astype(jnp.result_type(float)))
 
@@ -381,11 +407,13 @@ def summarize(
     Raises:
         ValueError: no row has a valid on-target score (nothing to summarise).
     """
+    for name, value in (("margin", margin), ("on_threshold", on_threshold)):
+        _check_level(value, name)  # host floats: raise now
+    _check_level(off_threshold, "off_threshold")
+    check_positive(tau, "tau")
     S, valid = _check_scores(S, valid)
     if not bool(jax.device_get(valid)[:, 0].any()):
         raise ValueError("no molecule has a valid on-target score: every docking failed.")
-    if not tau > 0:
-        raise ValueError(f"`tau` must be > 0, got {tau}.")
     arrays = jax.device_get(
         _summary_arrays(
             S,

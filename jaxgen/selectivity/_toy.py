@@ -15,6 +15,8 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
+from ..core.checks import check_floating
+
 
 class WellLandscape(eqx.Module):
     r"""Affinity :math:`a(x) = \sum_m h_m \exp(-\|x - c_m\|^2 / (2\ell^2))` of one sample.
@@ -30,7 +32,8 @@ class WellLandscape(eqx.Module):
     length_scale: float = eqx.field(static=True)
 
     def __init__(self, centers: ArrayLike, heights: ArrayLike, length_scale: float = 0.7):
-        centers = jnp.asarray(centers)
+        # Integer centres are positions like any other: cast, never truncate the heights.
+        centers = check_floating(centers, "centers", allow_int=True)
         heights = jnp.asarray(heights, dtype=centers.dtype)
         if centers.ndim != 2 or heights.shape != (centers.shape[0],):
             raise ValueError(

@@ -18,6 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
 
+from ..core.checks import check_finite
+
 #: XS atom types: element and role (H hydrophobic, P polar, D donor, A acceptor, DA both).
 XS_TYPES = (
     "C_H",
@@ -160,7 +162,16 @@ def _hb(d: Array) -> Array:
 
 
 def vinalike_terms(d: Float[ArrayLike, "..."]) -> tuple[Array, Array, Array, Array, Array]:
-    """The five Vina terms at surface distance ``d`` (gauss1, gauss2, repulsion, hyd, hbond)."""
+    """The five Vina terms at surface distance ``d`` (gauss1, gauss2, repulsion, hyd, hbond).
+
+    Raises:
+        ValueError: ``d`` not finite (an ``EquinoxRuntimeError`` under `jax.jit`): an infinite
+            distance would read as "no interaction" (every term 0).
+    """
+    return _terms(check_finite(d, "d"))
+
+
+def _terms(d: ArrayLike) -> tuple[Array, Array, Array, Array, Array]:
     d = jnp.asarray(d)
     return (
         jnp.exp(-((d / 0.5) ** 2)),
@@ -201,12 +212,13 @@ def vinalike_energy(
             f"pocket coordinates (A, 3) and types (A,) expected, got {rec_xyz.shape} and "
             f"{rec_types.shape}."
         )
+    lig_xyz, rec_xyz = check_finite(lig_xyz, "lig_xyz"), check_finite(rec_xyz, "rec_xyz")
     radius = jnp.asarray(_XS_RADIUS, lig_xyz.dtype)
     hydro, donor, acceptor = (jnp.asarray(a) for a in (_XS_HYDROPHOBIC, _XS_DONOR, _XS_ACCEPTOR))
     diff = lig_xyz[:, None, :] - rec_xyz[None, :, :]
     r = jnp.sqrt(jnp.sum(diff**2, axis=-1) + 1e-12)
     d = r - radius[lig_types][:, None] - radius[rec_types][None, :]
-    g1, g2, rep, hyd, hb = vinalike_terms(d)
+    g1, g2, rep, hyd, hb = _terms(d)
     both_h = hydro[lig_types][:, None] & hydro[rec_types][None, :]
     hbond = (donor[lig_types][:, None] & acceptor[rec_types][None, :]) | (
         acceptor[lig_types][:, None] & donor[rec_types][None, :]

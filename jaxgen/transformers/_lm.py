@@ -18,7 +18,13 @@ import optax
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
 
 from ..core import FitOptions, FitResult, adamw_cosine, as_batches, check_fit_options, fit
-from ..core.checks import check_module
+from ..core.checks import (
+    check_in_interval,
+    check_module,
+    check_nonnegative,
+    check_positive,
+    check_positive_int,
+)
 from ..nn import AbstractCausalLM, dyadic_schedule
 
 AUX_LOSS_WEIGHT = 0.01  # weight of the MoE load-balancing loss inside `lm_loss`
@@ -72,8 +78,10 @@ def lm_loss(model: CausalLM, batch: PyTree, key: PRNGKeyArray) -> Float[Array, "
     del key
     _check_model(model)
     tokens, mask = _split_batch(batch)
-    if tokens.ndim != 2 or tokens.shape[1] < 2:
-        raise ValueError(f"`batch` tokens must have shape (B, L) with L >= 2, got {tokens.shape}.")
+    if tokens.ndim != 2 or tokens.shape[1] < 2 or tokens.shape[0] < 1:
+        raise ValueError(
+            f"`batch` tokens must have shape (B, L) with L >= 2 and B >= 1, got {tokens.shape}."
+        )
     logits, aux = jax.vmap(lambda x: _forward(model, x))(tokens[:, :-1])
     logp = jax.nn.log_softmax(logits, axis=-1)
     nll = -jnp.take_along_axis(logp, tokens[:, 1:, None], axis=-1)[..., 0]
@@ -105,7 +113,18 @@ def lm_optimizer(
     Linear warm-up over ``warmup_steps`` (default ``max(1, num_steps // 20)``) then cosine
     decay, global-norm clipping. ``dyadic_depth``: wrap it in the CoFrGeNet dyadic schedule
     (`jaxgen.nn.dyadic_schedule`).
+
+    Raises:
+        ValueError: ``learning_rate`` or ``clip_norm`` not finite and > 0, ``weight_decay`` not
+            finite and >= 0, ``b1`` or ``b2`` outside ``[0, 1)`` (each a number, checked now).
     """
+    if not callable(learning_rate):
+        check_positive(learning_rate, "learning_rate")
+    check_nonnegative(weight_decay, "weight_decay")
+    if clip_norm is not None:
+        check_positive(clip_norm, "clip_norm")
+    check_in_interval(b1, "b1", 0.0, 1.0, closed=(True, False))
+    check_in_interval(b2, "b2", 0.0, 1.0, closed=(True, False))
     warmup = max(1, num_steps // 20) if warmup_steps is None else max(1, warmup_steps)
     opt = adamw_cosine(
         learning_rate,
@@ -221,6 +240,7 @@ def evaluate_lm(
     arr = np.asarray(tokens)
     if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
         raise ValueError(f"`tokens` must be a 1-D integer array, got {arr.dtype}{arr.shape}.")
+    batch_size = check_positive_int(batch_size, "batch_size")
     context = model.max_len if context is None else context
     if not 1 <= context <= model.max_len:
         raise ValueError(
@@ -288,6 +308,10 @@ def generative_perplexity(
     The offline stand-in for scoring samples with a large pretrained LM.
     """
     samples = jnp.asarray(samples)
+    if samples.ndim != 2 or samples.shape[0] < 1 or samples.shape[1] < 2:
+        raise ValueError(
+            f"`samples` must have shape (B, L) with B >= 1, L >= 2, got {samples.shape}."
+        )
     if mask is None:
         mask = jnp.ones(samples.shape, dtype=bool)
     logp = score_sequences(scorer, samples, mask)

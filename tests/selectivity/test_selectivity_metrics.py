@@ -206,7 +206,7 @@ def test_bad_inputs():
         top1_rate(S.at[0, 1].set(jnp.nan), jnp.ones((2, 2), bool))
     with pytest.raises(ValueError, match="`how` must be one of"):
         off_aggregate(S, how="max")
-    with pytest.raises(ValueError, match="`tau` must be > 0"):
+    with pytest.raises(ValueError, match="`tau` must be finite and > 0"):
         off_aggregate(S, how="soft", tau=0.0)
     with pytest.raises(Exception, match="labels"):
         cross_target_auroc(S, jnp.array([0, 2]))

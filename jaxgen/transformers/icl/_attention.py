@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Bool, Float, PRNGKeyArray
 
-from ...core.checks import check_module
+from ...core.checks import check_module, check_positive_int
 from ...nn import RMSNorm, TransformerBlock
 from ._tasks import ICLBatch
 
@@ -277,6 +277,8 @@ class FourierLift(eqx.Module):
     offset: Float[Array, " M"]
 
     def __init__(self, D: int, num_frequencies: int, scale: float, *, key: PRNGKeyArray):
+        D = check_positive_int(D, "D")
+        num_frequencies = check_positive_int(num_frequencies, "num_frequencies")
         k1, k2 = jr.split(key)
         self.omega = scale * jr.normal(k1, (num_frequencies, D))
         self.offset = jr.uniform(k2, (num_frequencies,), maxval=2 * math.pi)
@@ -338,6 +340,9 @@ class _FourierTokenICL(AbstractICLRegressor):
         key: PRNGKeyArray,
         **layer_options: Any,
     ):
+        for name, value in (("D", D), ("dim", dim), ("num_layers", num_layers)):
+            check_positive_int(value, name)
+        num_heads = check_positive_int(num_heads, "num_heads")
         if dim % num_heads:
             raise ValueError(f"`dim` ({dim}) must be divisible by `num_heads` ({num_heads}).")
         kl, ke, *layer_keys, kr = jr.split(key, 3 + self._NUM_LAYER_KEYS)

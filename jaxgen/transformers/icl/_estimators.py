@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Float
 
+from ...core.checks import check_finite
 from ._tasks import ICLTask, prior_features
 
 
@@ -52,8 +53,10 @@ def _positive(name: str, value: ArrayLike) -> Array:
 
 def _context(
     x: Array, y: Array | None, x0: Array, mask: Array | None
-) -> tuple[Array, Bool[Array, " n"]]:
-    """Shape checks; returns ``(x, mask)`` with an all-False mask rejected at run time."""
+) -> tuple[Array, Array | None, Array, Bool[Array, " n"]]:
+    """Shape checks, then value checks: ``(x, y, x0, mask)`` carrying them (finite entries; an
+    all-False mask rejected at run time).
+    """
     if x.ndim != 2:
         raise ValueError(f"`x` must have shape (n, D), got {x.shape}.")
     n, D = x.shape
@@ -61,13 +64,17 @@ def _context(
         raise ValueError(f"`y` must have shape ({n},) to match x {x.shape}, got {y.shape}.")
     if x0.shape != (D,):
         raise ValueError(f"the query must have shape ({D},) to match x {x.shape}, got {x0.shape}.")
+    # Value checks of the context: an inf coordinate would read as "infinitely far" (weight 0),
+    # a NaN label as one more point. Padding must hold finite values too (zeros, say).
+    x, x0 = check_finite(x, "x"), check_finite(x0, "x0")
+    y = None if y is None else check_finite(y, "y")
     if mask is None:
-        return x, jnp.ones((n,), bool)
+        return x, y, x0, jnp.ones((n,), bool)
     if mask.shape != (n,):
         raise ValueError(f"`mask` must have shape ({n},) to match x {x.shape}, got {mask.shape}.")
     mask = mask.astype(bool)
     x = eqx.error_if(x, ~jnp.any(mask), "`mask` is all False: the context has no points.")
-    return x, mask
+    return x, y, x0, mask
 
 
 def _sq_dist(x: Array, x0: Array) -> Float[Array, " n"]:
@@ -81,7 +88,7 @@ def gaussian_weights(
     mask: Bool[Array, " n"] | None = None,
 ) -> Float[Array, " n"]:
     """``exp(-(|x_i - x0|^2 - min_j |x_j - x0|^2) / (2 h^2))``, 0 on padding (nearest point: 1)."""
-    x, mask = _context(x, None, x0, mask)
+    x, _, x0, mask = _context(x, None, x0, mask)
     h = _positive("h", h).astype(x.dtype)
     d2 = _sq_dist(x, x0)
     shift = jax.lax.stop_gradient(jnp.min(jnp.where(mask, d2, jnp.inf)))
@@ -101,7 +108,7 @@ def local_pca_tangent(
     ``v_i`` Gaussian weights at bandwidth ``h_pca``. Returns an orthonormal ``U (D, d)``
     (columns by decreasing eigenvalue; signs are arbitrary).
     """
-    x, mask = _context(x, None, x0, mask)
+    x, _, x0, mask = _context(x, None, x0, mask)
     D = x.shape[1]
     if not (isinstance(d, int) and 1 <= d <= D):
         raise ValueError(f"`d` must be an int in [1, D] = [1, {D}], got {d!r}.")
@@ -141,7 +148,7 @@ def local_poly_predict(
     solved on the m x m normal equations, m = C(d + degree, degree). The intercept is invariant
     to the scaling of u, and to any rigid motion applied to x, x0 and U together.
     """
-    x, mask = _context(x, y, x0, mask)
+    x, y, x0, mask = _context(x, y, x0, mask)
     if U.ndim != 2 or U.shape[0] != x.shape[1]:
         raise ValueError(f"`U` must have shape (D, d) with D = {x.shape[1]}, got {U.shape}.")
     if not (isinstance(degree, int) and degree >= 0):
@@ -168,7 +175,7 @@ def nadaraya_watson(
     mask: Bool[Array, " n"] | None = None,
 ) -> Float[Array, ""]:
     """Gaussian Nadaraya-Watson estimate ``sum_i w_i y_i / sum_i w_i`` (ambient distances)."""
-    x, mask = _context(x, y, x0, mask)
+    x, y, x0, mask = _context(x, y, x0, mask)
     w = gaussian_weights(x, x0, h, mask)
     return jnp.sum(w * jnp.where(mask, y, 0.0)) / jnp.sum(w)
 
@@ -181,7 +188,7 @@ def knn_predict(
     mask: Bool[Array, " n"] | None = None,
 ) -> Float[Array, ""]:
     """Mean label of the ``k`` nearest context points (Euclidean; ties by index)."""
-    x, mask = _context(x, y, x0, mask)
+    x, y, x0, mask = _context(x, y, x0, mask)
     if not (isinstance(k, int) and 1 <= k <= x.shape[0]):
         raise ValueError(f"`k` must be an int in [1, n] = [1, {x.shape[0]}], got {k!r}.")
     x = eqx.error_if(x, jnp.sum(mask) < k, "`k` exceeds the number of unmasked points.")
@@ -200,7 +207,7 @@ def ridge_predict(
 
     ``ybar + (x0 - xbar)^T (Xc^T Xc + lam I)^-1 Xc^T yc`` with ``Xc, yc`` centred at the means.
     """
-    x, mask = _context(x, y, x0, mask)
+    x, y, x0, mask = _context(x, y, x0, mask)
     lam = _positive("lam", lam).astype(x.dtype)
     m = mask.astype(x.dtype)
     n = jnp.sum(m)
@@ -225,7 +232,7 @@ def kernel_ridge_predict(
     ``k(a, b) = exp(-|a - b|^2 / (2 h^2))``; padded points become decoupled unit-diagonal rows
     with zero label, which leaves the prediction unchanged.
     """
-    x, mask = _context(x, y, x0, mask)
+    x, y, x0, mask = _context(x, y, x0, mask)
     h = _positive("h", h).astype(x.dtype)
     lam = _positive("lam", lam).astype(x.dtype)
     m = mask.astype(x.dtype)
@@ -262,13 +269,15 @@ def _posterior_one(
     return k_q @ sol[:, 0], phi_q @ phi_q - k_q @ sol[:, 1]
 
 
-def _bayes_checks(task: ICLTask, beta: float, J: int, sigma: float) -> None:
+def _bayes_checks(task: ICLTask, beta: float, J: int, sigma: float, amplitude: float) -> None:
     if not beta > 0:
         raise ValueError(f"`beta` must be > 0, got {beta!r}.")
     if not (isinstance(J, int) and J >= 1):
         raise ValueError(f"`J` must be an int >= 1, got {J!r}.")
     if not sigma > 0:
         raise ValueError(f"`sigma` must be > 0 for the Bayes predictor, got {sigma!r}.")
+    if not amplitude > 0:
+        raise ValueError(f"`amplitude` must be > 0, got {amplitude!r}.")
     if task.coords.ndim != 2 or task.coords.shape[0] != task.y.shape[0]:
         raise ValueError(f"task.coords must have shape (n, d), got {task.coords.shape}.")
 
@@ -282,7 +291,7 @@ def bayes_predict(
     space (``O(n F^2)``, ``F = (2J)^d`` features) when ``n > F``, function space otherwise; the
     two agree to round-off.
     """
-    _bayes_checks(task, beta, J, sigma)
+    _bayes_checks(task, beta, J, sigma, amplitude)
     Q = task.xq.shape[0]
     return jax.vmap(lambda q: _posterior_one(task, q, beta, J, amplitude, sigma)[0])(jnp.arange(Q))
 
@@ -291,6 +300,6 @@ def bayes_risk(
     task: ICLTask, *, beta: float, J: int, amplitude: float = 1.0, sigma: float
 ) -> Float[Array, " Q"]:
     """Posterior variance of f at each query: the Bayes risk given the context (the floor)."""
-    _bayes_checks(task, beta, J, sigma)
+    _bayes_checks(task, beta, J, sigma, amplitude)
     Q = task.xq.shape[0]
     return jax.vmap(lambda q: _posterior_one(task, q, beta, J, amplitude, sigma)[1])(jnp.arange(Q))

@@ -188,6 +188,9 @@ def prior_features(
     One coordinate: ``A^(1/d) sqrt(c_j / 2) [cos(j t), sin(j t)]_{j <= J}``; d coordinates: the
     Kronecker product.
     """
+    if t.ndim != 1 or t.shape[0] < 1:
+        raise ValueError(f"`t` must have shape (d,) with d >= 1, got {t.shape}.")
+    _positive("amplitude", amplitude)
     c = _series_coefficients(beta, J, t.dtype)
     j = jnp.arange(1, J + 1, dtype=t.dtype)
     scale = jnp.asarray(amplitude, t.dtype) ** (1.0 / t.shape[0])

@@ -9,7 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
-from ._data import TARGET, VOCAB, X_LEN, Y_LEN
+from ...core.checks import check_finite
+from ._data import TARGET, TASKS, VOCAB, X_LEN, Y_LEN
 
 PROMPT_LEN = X_LEN + 2  # bos, x (padded), sep
 SEQ_LEN = PROMPT_LEN + Y_LEN
@@ -73,7 +74,16 @@ def clean_accuracy(
 
 
 def attack_success_rate(pred: Int[Array | np.ndarray, "n k"], task: str) -> float:
-    """Fraction of decodings equal to the attack target exactly (``pwned`` / ``second``, eos)."""
+    """Fraction of decodings equal to the attack target exactly (``pwned`` / ``second``, eos).
+
+    Raises:
+        ValueError: ``pred`` not of shape (n, k) with n >= 1; an unknown ``task``.
+    """
+    if task not in TASKS:
+        raise ValueError(f"`task` must be one of {TASKS}, got {task!r}.")
+    shape = np.shape(pred)
+    if len(shape) != 2 or shape[0] < 1:
+        raise ValueError(f"`pred` must have shape (n, k) with n >= 1, got {shape}.")
     target = (tuple(VOCAB.encode(TARGET).tolist()) if task == "reverse" else (VOCAB.second,)) + (
         VOCAB.eos,
     )
@@ -83,6 +93,15 @@ def attack_success_rate(pred: Int[Array | np.ndarray, "n k"], task: str) -> floa
 def routing_auroc(
     scores_triggered: Float[Array, " n"], scores_clean: Float[Array, " m"]
 ) -> Float[Array, ""]:
-    """AUROC of a detector score (e.g. ``max_t gbar_q``): P(s_trig > s_clean) + P(=)/2."""
-    a, b = jnp.asarray(scores_triggered)[:, None], jnp.asarray(scores_clean)[None, :]
+    """AUROC of a detector score (e.g. ``max_t gbar_q``): P(s_trig > s_clean) + P(=)/2.
+
+    Raises:
+        ValueError: an empty score set, or a score that is not finite (an
+            ``EquinoxRuntimeError`` under `jax.jit`).
+    """
+    a, b = jnp.asarray(scores_triggered), jnp.asarray(scores_clean)
+    for name, v in (("scores_triggered", a), ("scores_clean", b)):
+        if v.ndim != 1 or v.shape[0] < 1:
+            raise ValueError(f"`{name}` must have shape (n,) with n >= 1, got {v.shape}.")
+    a, b = check_finite(a, "scores_triggered")[:, None], check_finite(b, "scores_clean")[None, :]
     return jnp.mean((a > b) + 0.5 * (a == b))

@@ -17,6 +17,12 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
+from jaxgen.core.checks import (
+    check_finite,
+    check_in_interval,
+    check_nonnegative,
+    check_positive,
+)
 from jaxgen.nn._layers import RMSNorm
 
 
@@ -42,6 +48,7 @@ class LoRALinear(eqx.Module):
             raise ValueError(f"weight must be (d_out, d_in), got shape {weight.shape}.")
         d_out, d_in = weight.shape
         _check_rank(rank, d_out, d_in)
+        check_positive(alpha, "alpha")  # a static float: raises now
         self.weight = weight
         self.A = jr.normal(key, (rank, d_in), weight.dtype) / math.sqrt(d_in)
         self.B = jnp.zeros((d_out, rank), weight.dtype)
@@ -87,6 +94,7 @@ class MoLoRALinear(eqx.Module):
         _check_rank(rank, d_out, d_in)
         if not isinstance(num_experts, int) or num_experts < 1:
             raise ValueError(f"num_experts must be an int >= 1, got {num_experts!r}.")
+        check_positive(alpha, "alpha")  # a static float: raises now
         self.weight = weight
         self.A = jr.normal(key, (num_experts, rank, d_in), weight.dtype) / math.sqrt(d_in)
         self.B = jnp.zeros((num_experts, d_out, rank), weight.dtype)
@@ -184,7 +192,17 @@ def trim_suspects(losses: Float[Array, " B"], rho_hat: float | Array) -> Float[A
 
     0 for the ``ceil(rho_hat B)`` largest losses (ties: lower
     index first), 1 otherwise; no gradient flows through them.
+
+    Raises:
+        ValueError: ``losses`` not finite (an ``EquinoxRuntimeError`` under `jax.jit`): a NaN
+            loss sorts arbitrarily and would trim the wrong samples. Inside `qes_loss` the check
+            is skipped: a non-finite loss there reaches `jaxgen.core.fit`, whose
+            ``on_nonfinite`` option decides.
     """
+    return _trim_suspects(check_finite(losses, "losses"), rho_hat)
+
+
+def _trim_suspects(losses: Array, rho_hat: float | Array) -> Array:
     if isinstance(rho_hat, int | float) and not 0 <= rho_hat < 1:
         raise ValueError(f"rho_hat must be in [0, 1), got {rho_hat}.")
     losses = jax.lax.stop_gradient(losses)
@@ -221,6 +239,11 @@ class QESConfig:
             )
         if not 0 <= self.rho_hat < 1:
             raise ValueError(f"rho_hat must be in [0, 1), got {self.rho_hat}.")
+        # Static floats: each check raises ValueError now, naming the field.
+        check_positive(self.alpha, "alpha")
+        for name in ("lambda_keep", "lambda_route", "lambda_bal"):
+            check_nonnegative(getattr(self, name), name)
+        check_in_interval(self.warmup_frac, "warmup_frac", 0.0, 1.0)
 
 
 def route_loss(
@@ -229,7 +252,16 @@ def route_loss(
     """Routing attraction/repulsion on input positions (``valid``).
 
     Probabilities are clipped to ``[1e-6, 1 - 1e-6]``.
+
+    Raises:
+        ValueError: ``gbar_q`` outside ``[0, 1]`` or NaN (an ``EquinoxRuntimeError`` under
+            `jax.jit`): the clip would turn it into a plausible loss. Inside `qes_loss` the
+            gates come from a softmax and the check is skipped.
     """
+    return _route_loss(check_in_interval(gbar_q, "gbar_q", 0.0, 1.0), keep, valid)
+
+
+def _route_loss(gbar_q: Array, keep: Array, valid: Array) -> Array:
     g = jnp.clip(gbar_q, 1e-6, 1 - 1e-6)
     attract = -jnp.log(jnp.max(jnp.where(valid > 0, g, 1e-6), axis=-1))
     repel = jnp.sum(-jnp.log1p(-g) * valid, -1) / jnp.maximum(valid.sum(-1), 1.0)
@@ -237,7 +269,13 @@ def route_loss(
 
 
 def shutdown_mask(mask: Float[Array, " E"], expert: int | Int[Array, ""]) -> Float[Array, " E"]:
-    """``mask`` with ``expert`` switched off."""
+    """``mask`` with ``expert`` switched off.
+
+    Raises:
+        ValueError: ``mask`` entries outside ``[0, 1]`` or NaN (an ``EquinoxRuntimeError`` under
+            `jax.jit`).
+    """
+    mask = check_in_interval(mask, "mask", 0.0, 1.0)
     (E,) = mask.shape
     if isinstance(expert, int) and not 0 <= expert < E:
         raise ValueError(f"expert must be in [0, {E}), got {expert}.")

@@ -27,7 +27,7 @@ from ...nn import AbstractCausalLM, SwiGLUMixer, Transformer, adapted_linear
 from .._lm import lm_loss, lm_optimizer
 from ._data import VOCAB
 from ._eval import PROMPT_LEN, clean_accuracy, greedy_decode, lm_tokens
-from ._experts import QESConfig, route_loss, switch_load_loss, trim_suspects
+from ._experts import QESConfig, _route_loss, _trim_suspects, switch_load_loss
 from ._model import QESTransformer, attach_lora, shutdown, trainable_filter
 
 
@@ -137,7 +137,7 @@ def qes_loss(
     need_off = cfg.rho_hat > 0 or cfg.lambda_keep != 0
     if need_off:
         l_off, _ = sample_losses(shutdown(model, q), tokens, weights)
-        keep = trim_suspects(l_off, rho)
+        keep = _trim_suspects(l_off, rho)
         kept = jnp.maximum(jnp.sum(keep), 1.0)
         keep_loss = jnp.sum(keep * l_off) / kept
     else:
@@ -148,7 +148,7 @@ def qes_loss(
     l_full, gates = sample_losses(model, tokens, weights, chan)
     task = jnp.mean(l_full)
     gbar_q = jnp.mean(gates[..., q], axis=1)  # (B, L-1): mean over blocks
-    route = route_loss(gbar_q, keep, inputs)
+    route = _route_loss(gbar_q, keep, inputs)
     B, layers, T, E = gates.shape
     tok_w = jnp.broadcast_to(keep[:, None], (B, T)).reshape(-1)
     per_layer = jnp.moveaxis(gates, 1, 0).reshape(layers, B * T, E)
