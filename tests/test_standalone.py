@@ -26,10 +26,11 @@ SUFFIXES = {".py", ".md", ".json", ".ipynb", ".toml", ".yml", ".yaml", ".txt", "
 SKIP_DIRS = {"__pycache__", ".ipynb_checkpoints", "results", "site", ".cache", "checkpoints"}
 
 # "spec" / "specs" as a word (not PartitionSpec, spec_from_file_location or ``spec``), the
-# style guide, the shared folder, and the bare "(choice)" marker of the design notes.
+# style guide, benchmark contract and data list of the design notes, the shared folder, and
+# their bare "(choice)" marker.
 CITATION = re.compile(
-    r"(?<![A-Za-z0-9_`.])[Ss]pecs?(?![A-Za-z0-9_`(])|STYLE\.md|(?<![A-Za-z0-9_])shared/"
-    r"|\(choice\)"
+    r"(?<![A-Za-z0-9_`.])[Ss]pecs?(?![A-Za-z0-9_`(])|(?<![A-Za-z0-9_/])STYLE\.md"
+    r"|(?<![A-Za-z0-9_/])(?:BENCHMARKS|DATA)\.md|(?<![A-Za-z0-9_])shared/|\(choice\)"
 )
 ABSOLUTE_PATH = re.compile(r"(?<![A-Za-z0-9_.])/work/")
 
@@ -96,6 +97,7 @@ def test_pattern_catches_citations_and_spares_code():
         "spec: 0.5",
         "specs/DATA.md",
         "STYLE.md: args",
+        "see BENCHMARKS.md",
         "../shared/specs",
         "depth at 0 (choice).",
     ]
@@ -107,6 +109,7 @@ def test_pattern_catches_citations_and_spares_code():
         "specified",
         "a jaxgen choice: zero",
         "is_spec(x)",
+        "docs/concepts/benchmarks.md",
     ]
     assert [s for s in hits if not CITATION.search(s)] == []
     assert [s for s in spared if CITATION.search(s)] == []
