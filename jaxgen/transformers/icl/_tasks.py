@@ -13,7 +13,7 @@ mean in `bayes_predict` is the exact Bayes predictor. Pieces carry independent f
 
 References:
     Bickel and Li, Local polynomial regression on unknown manifolds (2007); the
-    task distribution is reconstructed from the ICL paper's setting (a jaxgen choice).
+    task distribution is reconstructed from the ICL paper's abstract (a jaxgen choice).
 """
 
 import itertools
