@@ -36,7 +36,7 @@ peers: install-bench
 	  || echo "WARNING: could not build the peer confseq; confseq_multivariate records it as not installed"; \
 	true
 
-# Optional Debian text corpora of specs/DATA.md; a failure only disables those corpora.
+# Optional Debian text corpora (offline benchmark text); a failure only disables those corpora.
 debian-data:
 	@if command -v apt-get >/dev/null 2>&1; then \
 	  missing=""; for p in bible-kjv fortunes dict-jargon; do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \

@@ -1,4 +1,4 @@
-"""Command line of the benchmark harness (see BENCHMARKS.md)."""
+"""Command line of the benchmark harness (see docs/concepts/benchmarks.md)."""
 
 from ._harness import main
 

@@ -380,7 +380,7 @@ def run(config: dict, key, rec) -> None:
     rec.note(
         "Single seed at CPU scale; the paper's numbers are not available (only its "
         "abstract), so the gated block and its log/exp division are reconstructions "
-        "(spec cofrgenet.md 2.3-2.4). Differences of a few hundredths of a bit are noise."
+        "(jaxgen choices). Differences of a few hundredths of a bit are noise."
     )
     rec.note(LADDER_ABLATION)
 

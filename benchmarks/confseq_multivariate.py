@@ -1,5 +1,5 @@
 """Multivariate betting confidence sequences: coverage, effective width vs d and t, A/B stopping,
-and the 1-D CS speed against the peer ``confseq`` (spec: shared/specs/confidence_sequences.md).
+and the 1-D CS speed against the peer ``confseq`` (Waudby-Smith & Ramdas betting CSs).
 """
 
 import functools as ft
@@ -108,7 +108,7 @@ def _gamma_int(key, shape, a: int):
 
 
 def sample_one(dist, key, T: int, d: int):
-    """One (T, d) data set in [0, 1] (spec section 5a); ``dist`` indexes DISTS (may be traced).
+    """One (T, d) data set in [0, 1]; ``dist`` indexes DISTS (may be traced).
 
     (i) independent Bernoulli(mu_j); (ii) Beta(8, 8) shifted by mu_j - 1/2 and clipped;
     (iii) correlated Bernoulli via a Gaussian copula with rho = 0.5. mu_j evenly spaced in

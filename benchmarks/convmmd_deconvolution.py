@@ -1,6 +1,6 @@
 """convMMD deconvolution and empirical-Bayes denoising against NPMLE, deconvolution KDE, naive.
 
-Stages (spec section 5a): 1-D deconvolution of a Laplace-mixture latent under heteroscedastic
+Stages: 1-D deconvolution of a Laplace-mixture latent under heteroscedastic
 Laplace and Gaussian noise (convMMD with a Gaussian-mixture sieve and a spline-flow sieve;
 ISE and W1 against the truth); 1-D denoising on the Gaussian-noise data (posterior means;
 MSE against the oracle posterior mean under the true prior); the heteroscedastic bookkeeping
@@ -87,8 +87,8 @@ SMOKE = {
 }
 
 GAUSS, LAPLACE = NoiseModel("gaussian"), NoiseModel("laplace")
-GRID = np.linspace(-8.0, 10.0, 2000)  # ISE grid (spec check 7)
-QUAD = np.linspace(-10.0, 12.0, 6000)  # oracle quadrature (spec 2.6)
+GRID = np.linspace(-8.0, 10.0, 2000)  # ISE grid
+QUAD = np.linspace(-10.0, 12.0, 6000)  # oracle quadrature
 
 
 def _naive_kde(x):
@@ -229,7 +229,7 @@ def _deconvolution_1d(rec, key, cfg, noise):
         {"ise": kde_ise[h_best], "h": h_best, "wall_s": time.perf_counter() - t0},
     )
     grid, npm, nwall = _npmle(x, s, noise, cfg["npmle"])
-    # ISE of a Gaussian-smoothed NPMLE (bandwidth 0.2), spec 5a.
+    # ISE of a Gaussian-smoothed NPMLE (bandwidth 0.2).
     g, w = np.asarray(grid[:, 0]), np.asarray(npm.weights)
     smooth = (w[None] * np.exp(-0.5 * ((GRID[:, None] - g[None]) / 0.2) ** 2)).sum(1)
     smooth = smooth / (0.2 * math.sqrt(2 * math.pi))
@@ -533,8 +533,8 @@ def run(config, key, rec):
     k_lap, k_gau, k_het, k_moon, k_ball, k_rate, k_npeb, k_dim = jr.split(key, 8)
     lap = _deconvolution_1d(rec, k_lap, config, LAPLACE)
     gau = _deconvolution_1d(rec, k_gau, config, GAUSS)
-    # Density claims use the spline-flow sieve (the paper code's sieve; spec check 7 allows
-    # either): the GMM sieve's ISE is reported as metrics, with its own learned claims.
+    # Density claims use the spline-flow sieve (the paper code's sieve; either would
+    # do): the GMM sieve's ISE is reported as metrics, with its own learned claims.
     rec.claim(
         "ise_laplace_vs_naive",
         "ISE(convMMD-flow, Laplace noise) / ISE(naive KDE of X)",

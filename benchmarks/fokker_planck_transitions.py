@@ -6,7 +6,7 @@ its KL to the exact ncx2 transition on held-out (x0, lam), NUTS posteriors (exac
 surrogate likelihoods) on one exact CIR path and the surrogate corrected by delayed acceptance
 (the flow screens, the exact ncx2 likelihood decides); the real Irates series with the exact
 likelihood.
-Full mode (accelerator): the spec's CPU/GPU scale, the OU flow too, Euler on the real data too.
+Full mode (accelerator): the full CPU/GPU scale, the OU flow too, Euler on the real data too.
 paper_cpu (`--config paper_cpu`, ~30-40 min on 2 cores): the CIR part at the paper's scale (the
 --full flow, n_obs 800, 4 chains); its committed result is under benchmarks/reference/.
 """
@@ -75,9 +75,9 @@ CONFIGS = {
     # minutes on a quiet box (30-45 min wall on the shared 2 cores); its result is committed under
     # benchmarks/reference/. The flow of --full (width 32, 8 units) with 1024 collocation points
     # and 96 NG steps (4096 points x 120 steps costs ~13 s per step here; this one reaches KL
-    # ~0.004); n_obs 800 so that Euler's fixed kappa shift exceeds 2 exact-posterior sd (spec
-    # check 9); 2 chains of 300 warmup + 500 draws (the exact ncx2 likelihood dominates the
-    # cost); no Heston, OU or real data (they run in --full).
+    # ~0.004); n_obs 800 so that Euler's fixed kappa shift exceeds 2 exact-posterior sd
+    # (euler_kappa_bias); 2 chains of 300 warmup + 500 draws (the exact ncx2 likelihood
+    # dominates the cost); no Heston, OU or real data (they run in --full).
     "paper_cpu": {
         "width": 32,
         "units": 8,
@@ -226,7 +226,7 @@ NOTE_HISTORY = (
     "at CPU scale, so no affordable flow makes the surrogate posterior right by itself at "
     "hundreds of observations; hence the correction. Euler: its kappa bias is a fixed shift "
     "(target (1 - exp(-kappa Delta)) / Delta = 1.57 vs kappa = 2) while the exact posterior "
-    "sd shrinks like n_obs^(-1/2): the 2-sd separation of spec check 9 needs n_obs >= ~400 "
+    "sd shrinks like n_obs^(-1/2): the 2-sd separation of euler_kappa_bias needs n_obs >= ~400 "
     "(600 gives 2.06; paper_cpu 800 gives 2.48; quick's 250 gives ~1.6, a scale limit)."
 )
 
@@ -235,7 +235,7 @@ HESTON_LAM = (0.05, 2.0, 0.06, 0.2449489742783178, -0.5)  # mu, kappa, theta, xi
 
 
 def _heston_check(pde, cfg, key, rec):
-    """Spec check 7: Heston surrogate v-marginal KS vs the exact CIR law, E[s - s0] and E v in SE.
+    """Heston surrogate v-marginal KS vs the exact CIR law, E[s - s0] and E v in SE.
 
     ``amortised`` trains over the Heston box of `heston_condition_sampler` (the BOX ranges);
     otherwise over the single condition (x0, lam) checked (a CPU-affordable scale).
@@ -297,15 +297,14 @@ def _heston_check(pde, cfg, key, rec):
         fl["ks_v"], fl["ev_z"], fl["es_z"] = 1.0, math.inf, math.inf
     rec.claim(
         "heston_ks_v",
-        "Heston NG flow: KS distance of the v-marginal vs the exact CIR law <= 0.02 (spec check 7)",
+        "Heston NG flow: KS distance of the v-marginal vs the exact CIR law <= 0.02",
         fl["ks_v"],
         "<=",
         0.02,
     )
     rec.claim(
         "heston_moments",
-        "Heston NG flow: E v and E[s - s0] within 3 standard errors of "
-        "the closed forms (spec check 7), max |z|",
+        "Heston NG flow: E v and E[s - s0] within 3 standard errors of the closed forms, max |z|",
         max(abs(fl["ev_z"]), abs(fl["es_z"])),
         "<=",
         3.0,
@@ -337,8 +336,8 @@ def _run(config, key, rec):
         _heston_check(pde, config["heston"], jr.fold_in(key, 7), rec)
     else:
         rec.note(
-            "This configuration (quick, paper_cpu) skips the Heston coupling flow (spec check "
-            "7: ~30 s of CPU even for a single condition at a tiny scale); it runs in --full."
+            "This configuration (quick, paper_cpu) skips the Heston coupling flow (~30 s of "
+            "CPU even for a single condition at a tiny scale); it runs in --full."
         )
     cfg = config
     solver = getattr(dfx, cfg["solver"])()
@@ -377,7 +376,7 @@ def _run(config, key, rec):
     rec.metric("cir_l1_flow_mean", float(l1.mean()))
     rec.claim(
         "ng_kl_cpu_target",
-        "mean KL(exact || NG flow) over held-out (x0, lam) <= 2e-2 nats (spec's CPU target)",
+        "mean KL(exact || NG flow) over held-out (x0, lam) <= 2e-2 nats (the CPU target)",
         float(kl.mean()),
         "<=",
         2e-2,
@@ -580,7 +579,7 @@ def _run(config, key, rec):
     rec.claim(
         "euler_kappa_bias",
         "Euler posterior mean of kappa at least 2 exact sd below the "
-        "exact posterior mean at kappa Delta = 0.5 (spec check 9)",
+        "exact posterior mean at kappa Delta = 0.5",
         float(-dev_euler[0]),
         ">=",
         2.0,

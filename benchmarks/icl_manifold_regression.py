@@ -1,12 +1,12 @@
 """In-context regression on mixtures of manifolds: rates, the Bayes floor, the construction, ICL.
 
-(a) Rate experiment (spec 5(a)): tasks on K_n = ceil(n^kappa) separated circles in R^D with a
+(a) Rate experiment: tasks on K_n = ceil(n^kappa) separated circles in R^D with a
 Gaussian-process regression function of smoothness beta; MSE against n for the oracle-tangent
 local-polynomial estimator (degree 1 and 2), the same with a local-PCA tangent, Nadaraya-Watson
 and k-NN, next to the exact Bayes risk (posterior variance, the floor) and the predicted slope
 ``rate_exponent(beta, d, kappa)``. Bandwidth constants ``h = c n_k^(-1/(2 beta + d))`` are tuned
 once on separate validation tasks at n = 256 and then held fixed across n.
-(b) Smooth test (spec check 8): a trigonometric polynomial (beta 1, J 8, A 2), local quadratic
+(b) Smooth test: a trigonometric polynomial (beta 1, J 8, A 2), local quadratic
 against Nadaraya-Watson with bandwidths tuned per n on separate tasks.
 (c) The two-stage linear-attention construction against local linear with a local-PCA tangent
 (exact kernel), and with random Fourier features (ours and scikit-learn's `RBFSampler`).
@@ -58,7 +58,7 @@ PAPER = (
 _GRID = [0.25, 0.5, 0.75, 1.0, 1.5, 2.0]
 CONFIGS = {
     "quick": {
-        # spec 5(a): circles in R^10; 50 tasks x 8 queries = 400 queries per n
+        # circles in R^10; 50 tasks x 8 queries = 400 queries per n
         "geometries": [{"D": 10, "kind": "circle", "d": 1, "J": 64}],
         "kappas": [0.0, 0.25],
         "ns": [128, 256, 512, 1024, 2048],
@@ -87,7 +87,7 @@ CONFIGS = {
             "h": 0.3,
             "features": [1024, 4096, 16384],
         },
-        # ICL training cut to fit 2 shared CPU cores (spec 5(a): D 6, kappa 0.25, n <= 256,
+        # ICL training cut to fit 2 shared CPU cores (full plan: D 6, kappa 0.25, n <= 256,
         # width 128, 4 layers, 3000 steps): one circle in R^2 (kappa 0), a smooth prior
         # (beta 1, J 8, A 2), n in 16..64, width 32, 2 layers, 400 / 300 AdamW steps. At D 6
         # with kappa 0.25 neither model left the context-mean level within this budget.
@@ -114,7 +114,7 @@ CONFIGS = {
         "real_geometry": False,
     },
     "full": {
-        # spec 5(b): D in {10, 30}, d in {1, 2} (circles, spheres, flat tori), n up to 2048
+        # D in {10, 30}, d in {1, 2} (circles, spheres, flat tori), n up to 2048
         "geometries": [
             {"D": 10, "kind": "circle", "d": 1, "J": 64},
             {"D": 30, "kind": "circle", "d": 1, "J": 64},
@@ -314,7 +314,7 @@ def _mse_se(pred, truth):
 
 
 def _rule(n, kappa, beta, d):
-    """``n_k^(-1/(2 beta + d))`` with ``n_k = n / K_n`` (spec 2.3 and pitfall 1)."""
+    """``n_k^(-1/(2 beta + d))`` with ``n_k = n / K_n`` (per-piece sample size, not n)."""
     return (n / num_pieces(n, kappa)) ** (-1.0 / (2 * beta + d))
 
 
@@ -1049,10 +1049,10 @@ def run(config: dict, key: jax.Array, rec) -> None:  # noqa: C901
     rec.note(
         f"ICL at n = n_max: LinearAttentionICL MSE {lin:.4g}, SoftmaxICL {soft:.4g}, "
         f"oracle LP {icl_curves['lp1_oracle'][imax]:.4g}, NW {icl_curves['nw'][imax]:.4g}, "
-        f"Bayes {icl_curves['bayes'][imax]:.4g}: reported, not asserted (spec 5(a))."
+        f"Bayes {icl_curves['bayes'][imax]:.4g}: reported, not asserted."
     )
     rec.note(
-        "Spec check 3 expected statsmodels' ambient local linear to change between D = 3 and "
+        "One might expect statsmodels' ambient local linear to change between D = 3 and "
         "D = 30; under an exact isometric embedding it does not (its pinv solution ignores "
         "the padded directions), so no such claim is made; tests/ check the invariance."
     )

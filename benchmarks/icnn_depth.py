@@ -1,7 +1,7 @@
 """ICNN / ReLU+ depth: fitting MAX_n by depth and width, the ReLU+ corner floor, f_k separation.
 
 Bakaev, Brunck, Hertrich, Reichman, Yehudayoff, "On the depth of monotone ReLU neural networks
-and ICNNs", arXiv:2505.06169. Claims measured here (spec section 5): a depth-2 ICNN's error on
+and ICNNs", arXiv:2505.06169. Claims measured here: a depth-2 ICNN's error on
 MAX_4 does not improve with width; depth n = 4 brings the error well below depth 2; no ReLU+
 network beats the corner floor 1/4 at any depth; the exact constructions are exact. The f_k
 separation experiment (section 2.5 candidate family) is reported as measurements, no claim.
@@ -167,7 +167,7 @@ def _joint_loss(groups, batch, key):
 
 def _fit_sweep(specs, n, target, key, cfg, optimizer, steps):
     """Train every ``(cls, widths, keys)`` of ``specs`` jointly on the same batches; returns, per
-    spec, the list of trained members (one per key).
+    entry, the list of trained members (one per key).
     """
     groups = tuple(
         eqx.filter_vmap(lambda k, c=cls, w=widths: c(n, w, key=k))(keys)
@@ -490,7 +490,7 @@ def run(config, key, rec):
         "benchmark's recipe."
     )
     rec.note(
-        "f_k (triangular-lattice candidate, spec 2.5) is a jaxgen choice, not the paper's "
+        "f_k (triangular-lattice candidate) is a jaxgen choice, not the paper's "
         "family; its ICNN-depth growth is reported, not claimed."
     )
     rec.metric("wall_before_plots_s", time.perf_counter() - t_start)

@@ -107,7 +107,7 @@ BASELINES = {
 
 def _data(system, cfg, key, contexts):
     sc = cfg[system]
-    with jax.enable_x64(True):  # spec §3.3: simulate in float64, train in float32
+    with jax.enable_x64(True):  # simulate in float64, train in float32
         if system == "pendulum":
             X, C, coords = pendulum_manifold_dataset(
                 key, contexts, n_amp=sc["n_amp"], n_t=sc["n_t"]

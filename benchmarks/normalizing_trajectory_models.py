@@ -96,12 +96,12 @@ CONFIGS = {
         "maf_digits": {"flow_layers": 4, "nn_width": 256, "nn_depth": 2, "max_epochs": 8},
         "faces_steps": 0,
         "cuts": (
-            "CPU quick: toys 1500 steps at batch 256, digits 1500 at 128 (spec 5a: 3k steps at "
-            "batch 512 for the toys, 2k at 128 for digits), 10k toy training points (spec: "
+            "CPU quick: toys 1500 steps at batch 256, digits 1500 at 128 (full plan: 3k steps at "
+            "batch 512 for the toys, 2k at 128 for digits), 10k toy training points (plan: "
             "50k), 8-Gaussians and two-moons (checkerboard in full), one model for T in "
-            "{1, 2, 4, 8}, MADE transporters of 2 blocks (the paper's Table 4 depth; spec 5a's "
+            "{1, 2, 4, 8}, MADE transporters of 2 blocks (the paper's Table 4 depth; the plan's "
             "4 blocks make T = 1 a 4-layer MAF that fits 8 Gaussians, see the ablation note) "
-            "and MLP predictors; AdamW at 2e-3 (toys) and 5e-3 (digits) for every arm (spec: "
+            "and MLP predictors; AdamW at 2e-3 (toys) and 5e-3 (digits) for every arm (plan: "
             "1e-3; the digits FM arms stay under-trained below 5e-3, see the note); no "
             "pairwise/CFG/finetuning sweeps (full mode). "
             "Budget cuts: no per-run digits CNN (digits-FD uses the network shipped with "
@@ -150,7 +150,7 @@ CONFIGS = {
         "maf": {"flow_layers": 8, "nn_width": 128, "nn_depth": 2, "max_epochs": 50},
         "maf_digits": {"flow_layers": 8, "nn_width": 512, "nn_depth": 2, "max_epochs": 300},
         "faces_steps": 5000,
-        "cuts": "spec 5b; lfw_subset faces (unconditional, 5x5 patches) if scikit-image is there.",
+        "cuts": "none; lfw_subset faces (unconditional, 5x5 patches) if scikit-image is there.",
     },
 }
 
@@ -221,7 +221,7 @@ DIGITS_ABLATION_NOTE = (
     "solver error), 5e-3 3.18, 1e-2 2.90; 2e-3 with EMA 0.99 4.94, batch 256 4.27, width 512 "
     "3.03; 5e-3 x 2000 steps 2.88, x 3000 2.37. torchcfm: 2e-3 4.48, 5e-3 3.04, 5e-3 x 2000 "
     "2.64. The FM MLP (raw t input) is under-trained at lr 2e-3 (its loss still falls "
-    "steeply): lr 5e-3 for every digits arm (1500 steps; 2000, spec 5a's count, did not fit "
+    "steeply): lr 5e-3 for every digits arm (1500 steps; 2000, the plan's count, did not fit "
     "the time budget on the shared cores: FD/Gaussian 0.31 (FM), 0.34 (torchcfm)). NTM/"
     "ablation test ELBO (nats/dim) and FD: lr 2e-3 x 1500 0.478/0.380, FD 4.79/5.99; lr "
     "5e-3 x 1500 0.475/0.453, FD 3.56/4.61; benchmark seed, 5e-3 x 2000: 0.421/0.441, "
@@ -253,7 +253,7 @@ def unpatchify(tokens):
 
 
 def dequantise(key, pixels):
-    """X = 2 (pixel + U) / 17 - 1 in (-1, 1) (spec 5a)."""
+    """X = 2 (pixel + U) / 17 - 1 in (-1, 1) (dequantised digits)."""
     return 2 * (pixels + jr.uniform(key, pixels.shape)) / 17 - 1
 
 

@@ -1,11 +1,11 @@
 """Quarantined Expert Shutdown: a backdoor learned into one routed LoRA expert, then switched off.
 
-Synthetic arm (spec ``quarantined_experts.md`` 2.6): a causal base pretrained on generic tasks
+Synthetic arm (jaxgen's offline tasks): a causal base pretrained on generic tasks
 (copy, sort, shift, count; `jaxgen.transformers.fit_lm`), frozen, then fine-tuned on T1
 (reverse) poisoned with A1 (rare trigger token -> "pwned") at rate rho by: B0 full fine-tuning,
 B1 plain LoRA (rank r E), B2 MoE-LoRA with the task loss only (shut q, and the oracle expert),
 B3 fine-pruning of B1 (2% clean held-out data), B4 LoRA on the clean part only (oracle), QES
-(spec 2.3) with shutdown of q and the shutdown control (a random other expert). Metrics: clean
+(trimming) with shutdown of q and the shutdown control (a random other expert). Metrics: clean
 accuracy (CA) and attack success rate (ASR) by greedy exact match, suspect recall, routing AUROC.
 Text arm: a byte LM (`fit_lm`) on an offline corpus, fine-tuned on prompt -> continuation
 with 5% triggered prompts -> a fixed string; B1 and QES; ASR and bits/byte (`evaluate_lm`)
@@ -79,7 +79,7 @@ _SYNTH = {
     "prune_steps": 100,
     "lr": 3e-3,
     # Plain LoRA's own learning rate (B1 "tuned"; the attack_works claim reads it). The shared
-    # recipe's 3e-3 (spec 5) leaves plain LoRA under-trained on this base: B1 CA / ASR (400
+    # recipe's 3e-3 leaves plain LoRA under-trained on this base: B1 CA / ASR (400
     # steps, T1/A1, rho 0.05, quick base, setting seeds 0 / 1 / 2) at 3e-3: 0.52 / 0.885,
     # 0.75 / 0.925, 0.94 / 0.895; at 6e-3: 0.99 / 0.975, 1.00 / 1.00, 0.985 / 1.00 (seed 0:
     # 5e-3 1.00 / 0.865, 8e-3 0.985 / 0.99, 1e-2 0.955 / 0.995; 600 steps at 3e-3 0.995 /
@@ -97,7 +97,7 @@ _SYNTH = {
     "lora_lr": 6e-3,
     "num_experts": 4,
     "rank": 8,
-    # Suspect budget rho_hat = 0.1 (spec default 0.2; spec: rho_hat >= the expected poison rate,
+    # Suspect budget rho_hat = 0.1 (first choice 0.2; rule: rho_hat >= the expected poison rate,
     # here 0.05). Ablation (seed-0 base, 400 steps, T1/A1, rho 0.05), QES CA / ASR before ->
     # CA / ASR after shutting q: rho_hat 0.2: 0.21 / 0.53 -> 0.17 / 0.00; rho_hat 0.1:
     # 0.60 / 1.00 -> 0.53 / 0.00; rho_hat 0.2 with lambda_route 1.0: 0.44 / 0.90 -> 0.35 / 0.00
@@ -106,13 +106,13 @@ _SYNTH = {
     # at 0.2 the hardest 15% of CLEAN samples (long reversals) were taught to q alone and
     # shutting q removed them; the router losses and the scale were secondary.
     "rho_hat": 0.1,
-    # Routed experts' scale alpha / r = 2 E (not the spec's 2): the gates sum to 1, so at uniform
+    # Routed experts' scale alpha / r = 2 E (not 2): the gates sum to 1, so at uniform
     # routing E experts of scale s move the output like ONE rank-rE LoRA of scale s / E; B1's
     # scale is 2, so the MoE arms (B2, QES) get 2 E to match it (same adapter step size in
     # function space). Diagnosis (seed-20 base, 400 steps): QES with scale 2 reached CA 0.07
-    # (like the spec's note that scale 0.5 learned nothing), with scale 8 CA 0.74.
+    # (as scale 0.5 learned nothing before), with scale 8 CA 0.74.
     "moe_scale_per_expert": 2.0,
-    "lengths": None,  # reverse input lengths: None = spec 2.6 (6-12 letters)
+    "lengths": None,  # reverse input lengths: None = 6-12 letters
     "pretrain_lengths": None,  # generic-task input lengths: None = 6-12 letters
     "pretrain_tasks": None,  # None = every task of PRETRAIN_TASKS (with rotate)
     # fresh pretraining samples: about one pass at 600 x 64 (was 3,280 samples, ~12 passes:
@@ -196,9 +196,9 @@ _TEXT = {
     "rho_hat": 0.1,  # as the synthetic arm (see _SYNTH)
 }
 CONFIGS = {
-    # Cut from the spec's CPU protocol (5a) to fit 5 minutes on 2 cores: base d = 64, 2 layers,
+    # Cut from the full CPU protocol to fit 5 minutes on 2 cores: base d = 64, 2 layers,
     # 600 pretraining steps; 4,000 fine-tuning samples; 400 steps for every arm; 200 + 200 test
-    # inputs (spec: 2,000 + 2,000); one setting (T1/A1/rho 0.05), one seed, no ablations; only
+    # inputs (full: 2,000 + 2,000); one setting (T1/A1/rho 0.05), one seed, no ablations; only
     # the arms the quick claims read (B1, B4, QES with its shutdown control): B0, B2 and B3
     # (no quick claim) run in --full only. Text arm: 900 pretraining steps (context 32), 250
     # fine-tuning steps (batch 128, 24-byte sequences), 100 triggered test prompts. Round 2 cut
@@ -215,7 +215,7 @@ CONFIGS = {
         "b5": False,
         "peft": {"dim": 128, "rank": 8, "batch": 512, "repeats": 3},
     },
-    # Spec 5: 2 tasks x 3 attacks x 3 rates x 3 seeds, ablations (a)-(e), B5, base 8 x 512.
+    # Full protocol: 2 tasks x 3 attacks x 3 rates x 3 seeds, ablations (a)-(e), B5, base 8 x 512.
     "full": {
         "synthetic": {
             **_SYNTH,
@@ -475,7 +475,7 @@ def _synthetic_setting(c, base, task, attack, rho, key, *, arms, ablations=(), b
             num_steps=steps,
             key=next(keys),
             batch_size=c["batch"],
-            # one epoch (spec), at most half of the steps
+            # one epoch, at most half of the steps
             isolate_after=max(1, min(len(x) // c["batch"], steps // 2)),
         )
         out.update(_pair("b5_ca", "b5_asr", _ca_asr(abl.model, task, clean, trig)))
@@ -799,7 +799,7 @@ def run(config, key, rec):
         )
     rec.note(
         "Recipe ablation behind rho_hat = 0.1 (standalone, round-2 five-task base, 400 steps, "
-        "T1/A1, rho 0.05; QES CA / ASR before -> after shutting q): rho_hat 0.2 (spec default): "
+        "T1/A1, rho 0.05; QES CA / ASR before -> after shutting q): rho_hat 0.2 (first choice): "
         "0.21 / 0.53 -> 0.17 / 0.00; rho_hat 0.1: 0.60 / 1.00 -> 0.53 / 0.00; rho_hat 0.2 and "
         "lambda_route 1.0: 0.44 / 0.90 -> 0.35 / 0.00; suspect recall ~1.0 in all. Trimming "
         "ceil(rho_hat B) samples per batch at a 5% poison rate sends the hardest clean samples "
@@ -808,7 +808,7 @@ def run(config, key, rec):
     if text["qes_recall"] < 0.5:
         rec.note(
             f"Text arm: suspect recall {text['qes_recall']:.2f}. Trimming marks the largest "
-            "q-off losses as suspects (spec 2.3(1)), assuming poisoned targets stay the worst "
+            "q-off losses as suspects, assuming poisoned targets stay the worst "
             "fit; a fixed target string is learned fast and its loss falls below that of the "
             "clean continuations (natural text, ~2 nats/byte irreducible), so the poisoned "
             "samples are never trimmed and the backdoor reaches the benign experts: "

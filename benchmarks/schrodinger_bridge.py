@@ -174,7 +174,7 @@ def _gaussian_part(config, key, rec):
             k_data, k_fit = jr.split(jr.fold_in(jr.fold_in(key, n), seed))
             Y = mu + jr.normal(k_data, (n, d)) @ chol.T
             stats = (jnp.mean(Y, 0), Y.T @ Y / n, jnp.asarray(T, Y.dtype))
-            # Start at the large-horizon limit psi ~ log(N(ybar, Sbar) / N(0, I)) (spec 2.4).
+            # Start at the large-horizon limit psi ~ log(N(ybar, Sbar) / N(0, I)).
             prec = jnp.linalg.inv(stats[1] - jnp.outer(stats[0], stats[0]))
             psi0 = QuadraticLogPotential(prec - jnp.eye(d), prec @ stats[0])
             res = fit(

@@ -1,6 +1,6 @@
 """SelectBench: selectivity metrics and selectivity guidance on a seeded toy (no docking).
 
-(1) SelectToy (spec §5a): a Gaussian-mixture "chemical space", an on-target that shares one
+(1) SelectToy: a Gaussian-mixture "chemical space", an on-target that shares one
 binding well with the off-target, and a noisy docking oracle. The generator is the exact mixture
 flow (`jaxgen.flows.MixtureInterpolantVelocity`, Euler through `jaxgen.core.solve_ode`); the arms
 are unguided, on-target-only guidance and selectivity guidance
@@ -137,7 +137,7 @@ class Surrogate(eqx.Module):
 
 
 def _toy(cfg, rho, key):
-    """The quick toy (spec §5a) or, in d dims, an on-target with a main and a unique well and
+    """The quick toy or, in d dims, an on-target with a main and a unique well and
     ``num_off`` off-targets sharing the main well at depth ratio ``rho`` plus one unique well.
     """
     if cfg["dim"] == 2 and cfg["num_off"] == 1:

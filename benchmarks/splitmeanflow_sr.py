@@ -1,6 +1,6 @@
 """SMFSR: noise-started one-step super-resolution (LR-conditioned SplitMeanFlow + GAN refinement).
 
-Spec splitmeanflow_sr §5a (quick, CPU): scikit-learn digits, HR 8x8 in [-1, 1], LR 4x4 by
+Quick (CPU): scikit-learn digits, HR 8x8 in [-1, 1], LR 4x4 by
 `jaxgen.data.degrade` (blur, x2 area downsample, noise, clip), condition c = nearest-upsampled LR.
 One `SRVelocityNet` architecture for every learned row: a teacher trained by flow matching
 (t = 0-noise convention, wrapped by `NoiseAtOneVelocity`), a deterministic MSE regression, a
@@ -68,7 +68,7 @@ PLAN_FIT_CALL = 2
 
 CONFIGS = {
     "quick": {
-        # spec 5a targets 4k teacher / 3k SMF / 1k GAN steps; the 5-minute CPU budget (2 shared
+        # the full plan has 4k teacher / 3k SMF / 1k GAN steps; the 5-minute CPU budget (2 shared
         # cores, compile included) cuts them to the counts below (same code path).
         "task": "digits",
         "scale": 2,
@@ -80,8 +80,9 @@ CONFIGS = {
         "regression_steps": 600,
         "student_steps": 3000,
         "student_lr": 1e-3,
-        # (choice) uniform times for the students: logit-normal(0, 1) almost never draws t near
-        # 1 or r near 0 in a few thousand steps, so the one-step interval (0, 1) is extrapolated.
+        # Uniform times for the students (a jaxgen choice): logit-normal(0, 1) almost never
+        # draws t near 1 or r near 0 in a few thousand steps, so the one-step interval (0, 1)
+        # is extrapolated.
         "student_time_sampler": "uniform",
         # (choice, not in the paper) half of the interval samples ARE the one-step interval
         # (0, 1): min/max draws give that corner vanishing density (see ABLATION).
@@ -165,10 +166,10 @@ ABLATION = (
 )
 
 # GAN-stage ablation (same teacher, SMF student of the quick recipe at one-step FD 15.0 vs
-# Euler-50 14.8, 300 GAN steps): the spec's weights (l2 1, feat 1, adv 0.05, vsd 0.5) give FD
+# Euler-50 14.8, 300 GAN steps): the default weights (l2 1, feat 1, adv 0.05, vsd 0.5) give FD
 # 16.2 (+1.35 dB PSNR); l2 0.1: 16.0; l2 0.1 + feat 0.1: 16.0; adversarial + VSD only: 15.1.
 GAN_ABLATION = (
-    "GAN stage (300 steps on an SMF-1 student at FD 15.0, teacher Euler-50 FD 14.8): spec "
+    "GAN stage (300 steps on an SMF-1 student at FD 15.0, teacher Euler-50 FD 14.8): default "
     "weights (l2 1, feat 1, adv 0.05, vsd 0.5) FD 16.2 (PSNR +1.35 dB); l2 0.1: 16.0; l2 0.1 "
     "and feat 0.1: 16.0; adversarial + VSD only: 15.1. With SMF-1 already at the teacher's FD "
     "there is no collapsed texture left to restore at 8x8: VSD pulls towards the teacher "
@@ -822,7 +823,7 @@ def run(config, key, rec):
             f"teacher {fd[euler_hi]:.3g} (same pairs, same MLP size)."
         )
     rec.note(
-        "Discriminator backbone: the frozen teacher's hidden features at tau_D = 0.1 (spec 2.7 "
+        "Discriminator backbone: the frozen teacher's hidden features at tau_D = 0.1 (a jaxgen "
         "default); LPIPS replaced by feature matching in that space; FD and accuracy come from a "
         "separate eval CNN."
     )

@@ -361,9 +361,9 @@ def _real_graphs(config, key, rec):
     rec.note(
         "karate K = 4: srGW minimises the squared loss, and the lowest objective found over "
         "many starts (about 0.07174, relaxed = rounded) splits the club into two cores plus "
-        "two hub pairs with ARI about 0.49 against `club`; partitions with ARI 0.7 (the "
-        "spec's prototype) have a higher objective (about 0.0723). The claim depends on "
-        "which local minimum the starts reach."
+        "two hub pairs with ARI about 0.49 against `club`; partitions with ARI 0.7 (an "
+        "earlier numpy prototype's partition) have a higher objective (about 0.0723). The "
+        "claim depends on which local minimum the starts reach."
     )
     rec.note(
         "Root cause of karate_ari_k4 < 0.5 (issue 26): the criterion, not the optimiser. "
@@ -379,10 +379,11 @@ def _real_graphs(config, key, rec):
         "0.0840/0.49 (x3) | "
         "| 2, any | 0.0952/-0.01 (hubs vs periphery) | same | same |. "
         "Every route that reaches the lowest objective (0.07174) gets ARI 0.49; the ARIs of 0.64 "
-        "to 0.73 (the spec prototype's 0.73) come from single starts stuck at higher objectives "
-        "(0.0835 to 0.0868). More starts or a better initialisation therefore cannot lift the "
-        "claim: the srGW squared-loss minimiser at K = 4 is 0.01 short of the 0.5 threshold. "
-        "The benchmark now uses 100 starts so the value is the minimiser's, not a seed's."
+        "to 0.73 (an earlier numpy prototype's 0.73) come from single starts stuck at higher "
+        "objectives (0.0835 to 0.0868). More starts or a better initialisation therefore "
+        "cannot lift the claim: the srGW squared-loss minimiser at K = 4 is 0.01 short of the "
+        "0.5 threshold. The benchmark now uses 100 starts so the value is the minimiser's, not "
+        "a seed's."
     )
     rec.claim(
         "davis_ari_k2",

@@ -1,4 +1,4 @@
-"""Metrics of context-dependent autoencoders: reconstruction, idempotency, geometry (spec §2.5).
+"""Metrics of context-dependent autoencoders: reconstruction, idempotency, geometry.
 
 Every function takes batches (``X (n, N)``, ``C (n, p)``) and vmaps a one-sample model inside.
 Each is one compiled program (`eqx.filter_jit`: the model's arrays are traced, Python numbers

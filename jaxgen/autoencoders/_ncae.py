@@ -4,11 +4,11 @@ NcAE: a hyper-network maps the context c to a slope :math:`s_l(c) > 0` and a shi
 :math:`\beta_l(c)` per latent unit of every layer pair of a `ConstrainedAE`; the decoder uses
 :math:`\sigma_+(s_l z + \beta_l)` and the encoder its exact inverse
 :math:`(\sigma_-(\cdot) - \beta_l)/s_l`, so :math:`E_c \circ D_c = \mathrm{id}` and
-:math:`P_c = D_c \circ E_c` is idempotent for EVERY context, seen or not (spec §2.3). Slopes are
+:math:`P_c = D_c \circ E_c` is idempotent for EVERY context, seen or not (exactly). Slopes are
 :math:`s_{min} + (s_{max} - s_{min})\,\mathrm{sigmoid}(\cdot)`, smooth and bounded, and the
 hyper-network's last layer starts at zero so that an untrained NcAE is its cAE.
 
-Baselines (spec §6(a), with the ``encode/decode/project(x, c)`` interface): B1
+Baselines (jaxgen choices, with the ``encode/decode/project(x, c)`` interface): B1
 `MLPAutoencoder` (no context), B2 `ConcatAE` (c concatenated to encoder and decoder inputs), B3
 `FiLMAE` (FiLM on hidden layers), B4 `ConstrainedAE` (no context), B5 `ConcatCAE` (a cAE of the
 augmented vector (x, c)), B6 `FiLMCAE` (a cAE with independent FiLM of encoder and decoder).
@@ -385,16 +385,16 @@ class FiLMCAE(AbstractAutoencoder):
         return self.cae.log_condition()
 
 
-#: Penalty weight of ``sum_l log cond(X_l Phi_l)`` in `ncae_loss` (spec §2.4).
+#: Penalty weight of ``sum_l log cond(X_l Phi_l)`` in `ncae_loss` (a jaxgen choice).
 CONDITION_WEIGHT = 1e-3
 
 
 def ncae_loss(model: AbstractAutoencoder, batch: tuple[Array, Array], key: Any) -> Float[Array, ""]:
-    r"""Relative reconstruction error plus the conditioning penalty (spec §2.4).
+    r"""Relative reconstruction error plus the conditioning penalty.
 
     :math:`\operatorname{mean}_i\|P_{c_i}(x_i) - x_i\|^2 / \operatorname{mean}_i\|x_i -
     \bar x\|^2 + \mu \sum_l \log\operatorname{cond}(X_l\Phi_l)` with the batch mean
-    :math:`\bar x` (choice: the spec's per-context means need the context grouping) and
+    :math:`\bar x` (a jaxgen choice: per-context means would need the context grouping) and
     :math:`\mu` = `CONDITION_WEIGHT` for the models with biorthogonal layers. Works for every
     model with ``project(x, c)``; use with `jaxgen.core.fit` and `jaxgen.core.minibatches`.
 

@@ -100,7 +100,7 @@ def gaussian_sb_potential_ou(
     from matching ``X_T | X_0 = x ∝ q_T(y | x) e^{psi(y)}`` with the coupling's regression.
 
     References:
-        Spec section 2.7; Bunne et al., The Schrödinger bridge between Gaussian measures has a
+        Bunne et al., The Schrödinger bridge between Gaussian measures has a
         closed form, arXiv 2202.05722.
     """
     mu_star, S_star, cross, s_T, g = _sb_pieces(mu_star, S_star, ref, T)

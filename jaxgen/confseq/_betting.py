@@ -59,7 +59,7 @@ def prpl_bets(
     lambda_s = min( sqrt(2 log(2/alpha_b) / (sigma2_hat_{s-1} s log(1+s))), c ).
 
     With ``c < 1`` every factor ``1 +- lambda_s (x_s - m) >= 1 - c > 0`` for all m in [0, 1], so the
-    hedged wealth built on these bets is convex in m (exact mode of the spec, section 2.2).
+    hedged wealth built on these bets is convex in m (the exact mode of the 1-D CS computation).
 
     References:
         Waudby-Smith, Ramdas (2024), section 4 (PrPl-EB bets).

@@ -19,7 +19,7 @@ from ..core.checks import check_finite, check_in_interval
 from ._checks import check_unit
 
 _INVPHI = (math.sqrt(5.0) - 1.0) / 2.0
-GOLDEN_STEPS = 60  # 0.618^60 ~ 3e-13 <= the spec's 1e-12 tolerance
+GOLDEN_STEPS = 60  # 0.618^60 ~ 3e-13 <= the 1e-12 target tolerance
 BISECT_STEPS = 60
 
 LogWealthFn = Callable[[Float[Array, ""]], Float[Array, ""]]

@@ -1,7 +1,7 @@
 """Multivariate confidence regions: Bonferroni / max-wealth / portfolio lifts and outer
 approximations.
 
-Notation (spec section 2): K^j_t is the hedged wealth of coordinate j, w the simplex weights,
+Notation: K^j_t is the hedged wealth of coordinate j, w the simplex weights,
 Kmin_j a certified lower bound on min_m K^j_t(m), c_j its argmin, g_j = K^j_t - Kmin_j and
 kappa = 1/alpha - sum_j w_j Kmin_j.
 
@@ -189,8 +189,8 @@ class ConfidenceRegion(eqx.Module):
     ) -> Float[Array, ""]:
         """Log Lebesgue volume of the region (``-inf`` when empty).
 
-        Closed forms for boxes, the l_p-ellipsoid (asymmetric radii, the shift delta bounded as in
-        spec section 2.5) and the ball. ``portfolio`` and ``box_ellipsoid`` have none:
+        Closed forms for boxes, the l_p-ellipsoid (asymmetric radii, the shift delta bounded
+        by convexity) and the ball. ``portfolio`` and ``box_ellipsoid`` have none:
         vol = vol(Box) P(sum_j Y_j < 1) with U_j ~ Unif(I_j) independent; by Monte Carlo when
         ``key`` is given and d <= 20, otherwise by FFT convolution of the discretised Y_j.
         """
@@ -497,7 +497,7 @@ def confidence_region(
       bounding box.
     - ``"box"``: prod_j {m_j : w_j (K^j_t(m_j) - Kmin_j) < kappa}, the exact projection of P_t
       (computed with a certified lower bound on Kmin_j, so it can only be larger).
-    - ``"ellipsoid"``: the l_p-ellipsoid E_p containing P_t (spec section 2.4); p is chosen from
+    - ``"ellipsoid"``: the l_p-ellipsoid E_p containing P_t (outer approximation); p is chosen from
       ``ps`` to minimise vol(E_p cap Box), which keeps validity as P_t is in E_p for every p.
     - ``"box_ellipsoid"``: Box cap E_p.
     - ``"predmix_eb"``: baseline, Bonferroni of predictable-mixture empirical-Bernstein CSs.
@@ -515,7 +515,7 @@ def confidence_region(
             ``lower``/``upper`` are then the grid-mode Bonferroni box).
         t: use the first t observations (may be traced, so one compilation serves every t;
             vmap over t for a path). Default T.
-        ps, delta, safety, n_u: the ellipsoid construction (spec section 2.4).
+        ps, delta, safety, n_u: the ellipsoid construction (see ``"ellipsoid"``).
         grid_size: grid of the m-dependent bets.
         num_bins: FFT bins for the p selection.
         rho: prior precision of the sub-Gaussian ball (default 100 d/4).

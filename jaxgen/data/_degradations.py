@@ -232,7 +232,7 @@ def degrade(
     $\sigma_b \sim U[$``blur_range``$]$, $\sigma_n \sim U[$``noise_range``$]$, $\xi \sim N(0, I)$
     (one $\sigma_b$ and one $\sigma_n$ per image). The blur kernel is a normalised Gaussian of
     half-width `blur_radius` ``(blur_range[1])`` with reflect padding; ``blur_range=(0, 0)`` and
-    ``noise_range=(0, 0)`` switch the stage off exactly. Spec splitmeanflow_sr §2.7.
+    ``noise_range=(0, 0)`` switch the stage off exactly (an offline substitute, a jaxgen choice).
 
     Args:
         key: PRNG key (split into blur sd, noise sd and noise).

@@ -4,7 +4,7 @@ Coupled pendulum (16 DoF, context: coupling kappa): small-amplitude motion in th
 mode of ``K = diag(g / l) + kappa * Lap`` (free ends), whose shape depends on kappa because the
 lengths differ. Lorenz96 (context: forcing F): near ``x = F 1`` the leading eigenpair (k = 2 for
 N = 8) crosses the imaginary axis at F = 1 (Hopf): spiral decay below, a limit cycle above; the
-2-D centre-unstable manifold exists on both sides (spec §3). Generators return numpy float64.
+2-D centre-unstable manifold exists on both sides. Generators return numpy float64.
 """
 
 import diffrax as dfx
@@ -74,7 +74,7 @@ def _check_counts(**counts: int) -> None:
 
 def _simulate(field, x0: Array, ts: Array, args) -> Array:
     """Trajectories ``(B, T, n)`` from ``x0 (B, n)`` saved at ``ts`` (Tsit5, tight tolerances)."""
-    # spec §3.3 tolerances in float64; float32 cannot resolve them, so it gets looser ones
+    # tight tolerances in float64; float32 cannot resolve them, so it gets looser ones
     tight = x0.dtype == jnp.float64
     rtol, atol = (1e-8, 1e-10) if tight else (1e-6, 1e-7)
     # Python numbers in `args` become arrays of the state's dtype: traced, so every context

@@ -5,7 +5,7 @@ X~_j = Z~_j + eps~_j, Z~_j ~ q_theta, eps~_j ~ F_j (draw j carries observation j
 
 $\widehat{\mathrm{MMD}}^2_u = \frac{1}{b(b-1)}\sum_{i\ne i'} k(X_i,X_{i'})
  + \frac{1}{m(m-1)}\sum_{j\ne j'} k(\tilde X_j,\tilde X_{j'})
- - \frac{2}{bm}\sum_{i,j} k(X_i,\tilde X_j)$   (spec eq. 2.2),
+ - \frac{2}{bm}\sum_{i,j} k(X_i,\tilde X_j)$   (unbiased estimate),
 
 averaged over a fixed set of bandwidths. The data term does not depend on theta; it is kept so
 that the value is an unbiased estimate of MMD²(P_X, Q_X), which may be negative.
@@ -59,7 +59,7 @@ def gaussian_conv_kernel(
 ) -> Float[Array, "n m"]:
     r"""Noise-smoothed Gaussian kernel k_eps(z, z') = E k(z + eps, z' + eps'), in closed form.
 
-    For k(a, b) = exp(-||a - b||² / (2h²)) and iid eps, eps' ~ N(0, s² I) (spec eq. 2.1):
+    For k(a, b) = exp(-||a - b||² / (2h²)) and iid eps, eps' ~ N(0, s² I) (closed form):
     $k_\varepsilon(z, z') = (h^2/(h^2 + 2s^2))^{d/2}\exp(-\|z - z'\|^2 / (2(h^2 + 2s^2)))$.
 
     Returns:
@@ -83,7 +83,7 @@ def quantile_bandwidths(
 
     Pool the observations ``x`` (n of them) and simulated noisy model draws ``y``; take the
     ``quantiles`` of the pairwise Euclidean distances above 1e-5 and multiply each by
-    $1 / (\log_{10}(2n)\sqrt{d})$ (spec section 2.2). Pass at most ~2000 rows of each.
+    $1 / (\log_{10}(2n)\sqrt{d})$ (the paper code's heuristic). Pass at most ~2000 rows of each.
 
     Returns:
         (H,) bandwidths, one per quantile.

@@ -211,10 +211,10 @@ def init_gaussian_mixture(
     - ``"shrunk"`` (default): :math:`\rho W_k`, with the global deconvolution ratio
       :math:`\rho = \mathrm{tr}(\mathrm{Cov}(x) - \bar\Sigma) / \mathrm{tr}\,\mathrm{Cov}(x)`
       (clipped to [0.05, 1]; K = 1 gives the deconvolved total covariance in 1-D).
-    - ``"deconvolved"`` (the spec's choice): :math:`W_k - \bar\Sigma`, eigenvalues floored at
+    - ``"deconvolved"`` (the direct subtraction): :math:`W_k - \bar\Sigma`, eigenvalues floored at
       :math:`(0.05\,\mathrm{sd}(x))^2`.
 
-    Why the default differs from the spec: when K exceeds the number of latent modes,
+    Why the default is not ``"deconvolved"``: when K exceeds the number of latent modes,
     k-means cuts a mode into slabs narrower than the noise, :math:`W_k - \bar\Sigma` is
     negative and every component starts at the floor: a comb of spikes. The convolved data
     cannot tell a comb from a smooth density (deconvolution is ill-posed exactly there), so

@@ -30,7 +30,7 @@ from ._ctmc import (
 from ._models import AbstractRateModel, check_rate_model, model_log_x0, model_rates
 from ._schedules import AbstractSchedule, check_tokens
 
-T_EPS = 1e-3  # times are kept in [eps, 1 - eps] (spec pitfall: rates blow up at the ends)
+T_EPS = 1e-3  # times are kept in [eps, 1 - eps] (rates blow up at the ends)
 
 
 def _check(model: AbstractRateModel, schedule: AbstractSchedule, x: Array, ndim: int) -> Array:

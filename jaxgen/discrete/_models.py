@@ -20,7 +20,7 @@ from ._ctmc import NEG, _check_schedule, rates_from_score, rates_from_x0
 from ._schedules import AbstractSchedule, check_time, check_tokens
 
 PARAMETERIZATIONS = ("ctmc", "x0", "score")
-EXIT_CLIP = 15.0  # |s| bound of the learned log-ratio to the reference exit rate (choice)
+EXIT_CLIP = 15.0  # |s| bound of the learned log-ratio to the reference exit rate (a jaxgen choice)
 
 
 class AbstractRateModel(eqx.Module):

@@ -55,7 +55,7 @@ def jump_step(
     - ``"euler"``: w.p. ``1 - exp(-h lambda_i)``; exact for frozen rates when at most one jump
       per position is allowed.
     - ``"tau_leaping"``: ``n_y ~ Poisson(h lambda pi_y)`` and the position moves iff exactly one
-      jump fired (choice). By Poisson splitting ``sum_y n_y ~ Poisson(h lambda)`` and a single
+      jump fired (jaxgen rule). By Poisson splitting ``sum_y n_y ~ Poisson(h lambda)`` and a single
       event lands on ``y ~ pi``; multiple events are rejected (the state stays).
 
     Acts on one sequence or a batch (leading axes) with one key: the random bits are drawn in one

@@ -187,7 +187,7 @@ def filter_by_entropy(
             (they are kept last). ``None``: no guard.
 
     References:
-        The NeurIPS 2026 submission on H_K filtering against model collapse (see the spec); the
+        The NeurIPS 2026 submission on H_K filtering against model collapse; the
         estimator: Gao, Kontoyiannis, Bienenstock, Entropy 10(2), 2008.
     """
     _check_docs(docs)

@@ -141,7 +141,7 @@ class MixtureInterpolantVelocity(AbstractVelocityField):
     Valid for $t \in [0, 1)$ (and at $t = 1$ when every $S_k$ is positive definite).
 
     References:
-        Tsimpos, Sharp & Marzouk, arXiv:2604.15439 (2026); spec §2.4.
+        Tsimpos, Sharp & Marzouk, arXiv:2604.15439 (2026).
     """
 
     m0: Float[Array, " dim"]

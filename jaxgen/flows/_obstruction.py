@@ -1,4 +1,4 @@
-"""The obstruction to one-step flows for well-separated modes, measured (spec §2.5-2.6).
+"""The obstruction to one-step flows for well-separated modes, measured.
 
 Source N(0, 1), target (1/2) N(-mu, s^2) + (1/2) N(mu, s^2). For any process with independent
 endpoints the flow is curved, and the error of one Euler step grows linearly with the separation

@@ -1,6 +1,6 @@
 """Continued fractions 1/(a_1 + 1/(a_2 + ... + 1/a_d)) and their numerically safe evaluations.
 
-Notation (spec ``cofrgenet.md`` section 2): continuants of the last ``k`` partial denominators,
+Notation: continuants of the last ``k`` partial denominators,
 ``K_0 = 1``, ``K_1 = a_d``, ``K_k = a_{d-k+1} K_{k-1} + K_{k-2}``; then ``f(a) = K_{d-1} / K_d``
 and ``df/da_k = (-1)^k (K_{d-k} / K_d)^2`` (CoFrGeNet, Proposition 1). All functions act on the
 last axis (depth ``d``) and broadcast over leading axes; depth is static, so loops unroll and XLA

@@ -7,8 +7,8 @@ FFN, Cffn), ``"gated_cofrgenet"`` (the non-expanding gated continued-fraction bl
 (``aux_loss`` is the MoE load-balancing loss, 0 elsewhere).
 
 References:
-    Dhurandhar et al., "CoFrGeNet", arXiv 2601.21766 (Cffn, dyadic schedule); spec
-    ``cofrgenet.md`` sections 2.2-2.4 (GatedCF and log/exp divisions are reconstructions).
+    Dhurandhar et al., "CoFrGeNet", arXiv 2601.21766 (Cffn, dyadic schedule); the
+    GatedCF block and the log/exp divisions are reconstructions from its abstract.
     Shazeer, "GLU Variants Improve Transformer", arXiv 2002.05202. Fedus et al., Switch
     Transformers, arXiv 2101.03961 (load loss).
 """
@@ -191,7 +191,7 @@ class _LadderMixer(AbstractChannelMixer):
 
     ``w``, ``b``: ``(ladders, depth, dim)`` slopes and offsets of the partial denominators;
     biases start at 1 (0 for ``"log_positive"``) so the ladder starts away from the pole of odd
-    depth at 0 (choice).
+    depth at 0 (a jaxgen choice).
     """
 
     w: Float[Array, "ladders depth dim"]
@@ -230,7 +230,7 @@ class _LadderMixer(AbstractChannelMixer):
 
 
 class CffnMixer(_LadderMixer):
-    """Prior CoFrGeNet feed-forward block (Cffn), spec section 2.2.
+    """Prior CoFrGeNet feed-forward block (Cffn, CoFrGeNet-F).
 
     ``x_hat = sigmoid(G x) * x``; ladder ``j``: ``a^{(j)}_k = w^{(j)}_k * x_hat + b^{(j)}_k``;
     ``y = U x + sum_j v^{(j)} * f(a^{(j)}_1, ..., a^{(j)}_d)`` (elementwise per channel).
@@ -271,7 +271,7 @@ class CffnMixer(_LadderMixer):
 
 
 class GatedCFMixer(_LadderMixer):
-    """Non-expanding gated continued-fraction block (GatedCF), spec section 2.3 (reconstruction).
+    """Non-expanding gated continued-fraction block (GatedCF), reconstructed from the abstract.
 
     ``u = W_v x``, ``g = silu(W_g x)``,
     ``r = sum_j c^{(j)} * f(w^{(j)}_1 * u + b^{(j)}_1, ..., w^{(j)}_d * u + b^{(j)}_d)``,

@@ -1,7 +1,7 @@
 r"""Shape checkers (convexity, monotonicity, supermodularity), the ReLU+ corner floor, a sup-error
 estimator and a least-squares fitting helper on a box.
 
-Lemma (ReLU+ supermodularity, derived in the jaxgen spec from Bakaev et al. 2025, Thm A): every
+Lemma (ReLU+ supermodularity, derived for jaxgen from Bakaev et al. 2025, Thm A): every
 ReLU+ network N is non-decreasing, convex and supermodular,
 $N(x \vee y) + N(x \wedge y) \ge N(x) + N(y)$. $\mathrm{MAX}_n$ is submodular, so at the four
 corners $\{b, b + s e_1, b + s e_2, b + s(e_1 + e_2)\}$ any ReLU+ net errs by at least $s / 4$.

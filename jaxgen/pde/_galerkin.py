@@ -249,7 +249,7 @@ def integrate_ng(
     z_n are drawn once; at time t a fraction ``frac_flow`` of the points is x_n = phi^{-1}(m +
     L S_theta^{-1}(z_n)) (adaptive: follows the current density), the rest come from the
     reference with L inflated x2 (tails); |zeta| <= 8. The default is 1.0 (no inflated points),
-    not the spec's 0.8: for CIR the log-density residual of any flow with Gaussian tails in
+    not 0.8: for CIR the log-density residual of any flow with Gaussian tails in
     y = log v grows like 1/v in the far left tail, so the 2x-inflated points dominate the
     least-squares fit and the scheme diverges late in time (amortised CIR, Bosh3 x 32 steps:
     KL(exact || flow) at Delta 0.81 nats with 0.8 against 0.020 with 1.0; frozen reference 0.10).

@@ -101,7 +101,7 @@ class TargetSpec:
         return cls(name, receptor, center, size)  # type: ignore[arg-type]
 
 
-#: Targets whose prepared pockets ship inside dockstring (spec §2.3).
+#: Targets whose prepared pockets ship inside dockstring (offline tasks).
 DOCKSTRING_TARGETS = tuple(
     "ABL1 ACHE ADAM17 ADORA2A ADRB1 ADRB2 AKT1 AKT2 AR BACE1 CA2 CASP3 CDK2 CSF1R CYP2C9 CYP3A4 "
     "DHFR DPP4 DRD2 DRD3 EGFR ESR1 ESR2 F10 F2 FGFR1 GBA HMGCR HSD11B1 HSP90AA1 IGF1R JAK2 KDR "
@@ -130,9 +130,9 @@ class Task:
 
 
 def offline_tasks() -> dict[str, Task]:
-    """T1 analogues built from the dockstring pockets and the ``safety_mini_panel`` (spec §2.3).
+    """T1 analogues built from the dockstring pockets and the ``safety_mini_panel``.
 
-    These are choices of the jaxgen spec (homologous pairs), not the paper's case studies; the
+    These are jaxgen choices (homologous pairs), not the paper's case studies; the
     mini panel is dockstring's intersection with the Bowes et al. (2012) panel plus two CYPs,
     never "the" safety panel.
     """
@@ -352,7 +352,7 @@ class _CachedBackend(AbstractScoringBackend):
 class VinaBackend(_CachedBackend):
     """AutoDock Vina 1.2 (python ``vina``) after RDKit embedding and meeko preparation.
 
-    Recipe (spec §3): AddHs, ETKDG embed (seeded), MMFF, meeko PDBQT, ``Vina(sf_name="vina")``,
+    Recipe: AddHs, ETKDG embed (seeded), MMFF, meeko PDBQT, ``Vina(sf_name="vina")``,
     maps over the target's box, ``dock(exhaustiveness)``, best energy.
     """
 

@@ -5,7 +5,7 @@ Time runs as in `jaxgen.flows`: :math:`x_t = t x_1 + (1-t) x_0`, :math:`x_0 \sim
 denoiser is :math:`\hat x_1 = x + (1-t) v`. Adding :math:`w \nabla \log p(y \mid x_t)` to the
 score adds :math:`w (1-t)/t\, \nabla \log p(y \mid x_t)` to the velocity (score identity
 :math:`\nabla \log p_t = (t v - x)/(1-t)`); with :math:`p(y \mid x_t) \propto \exp J(\hat x_1)`
-the guided field is (spec §2.4)
+the guided field is
 
 .. math:: \tilde v(t, x) = v(t, x) + w \frac{1-t}{\max(t, t_{\min})} \nabla_x J(\hat x_1(t, x)).
 
@@ -14,7 +14,7 @@ tilted law :math:`N(\mu + \Sigma b, \Sigma)` (tested).
 
 References:
     Dhariwal & Nichol, arXiv 2105.05233 (classifier guidance); Chung et al., arXiv 2209.14687
-    (guidance through the denoiser); SelectBench spec §2.4 (selectivity objective).
+    (guidance through the denoiser); SelectBench (selectivity objective, reconstructed).
 """
 
 from collections.abc import Callable

@@ -1,6 +1,6 @@
 r"""Selectivity metrics over score matrices: pure JAX, jit- and vmap-compatible.
 
-Conventions (spec §2.1). ``S`` has shape ``(n, K+1)``: one row per molecule, column 0 the
+Conventions. ``S`` has shape ``(n, K+1)``: one row per molecule, column 0 the
 on-target, columns ``1..K`` the off-targets; entries are energies (kcal/mol, Vina-like): LOWER is
 better binding. Affinity-type inputs (higher = better) go through `to_energy` once at entry.
 ``valid`` (bool, same shape) marks the entries that were scored; a failed docking is NaN in ``S``
@@ -14,7 +14,7 @@ the off aggregate is :math:`\min_{k\in V_i} o_{ik}`, the mean, or the soft minim
 aggregate minus :math:`s_i` (positive = selective).
 
 References:
-    SelectBench (NeurIPS 2026; abstract only, metric forms reconstructed in the spec); Gao et al.,
+    SelectBench (NeurIPS 2026; abstract only, metric forms reconstructed from it); Gao et al.,
     Delta Score, arXiv 2311.12035; thresholds from the public TheSelective evaluation code.
 """
 
@@ -266,7 +266,7 @@ def hit_frequency(
 def zscore_scores(
     S: Float[ArrayLike, "n t"], ref_mean: Float[ArrayLike, " t"], ref_std: Float[ArrayLike, " t"]
 ) -> Float[Array, "n t"]:
-    """Target-normalised scores ``(S - mu_k) / sd_k`` (removes pocket-size bias; spec §2.2.8).
+    """Target-normalised scores ``(S - mu_k) / sd_k`` (removes pocket-size bias).
 
     ``mu_k``, ``sd_k`` come from reference molecules scored on target k. NaN stays NaN.
     """

@@ -4,7 +4,7 @@ The prior (the generator's data law) is an isotropic Gaussian mixture; each targ
 `WellLandscape` of Gaussian wells, higher = better binding; the oracle's docking energy of a
 molecule x at target k is ``-(offset + a_k(x)) + noise_sd * eps`` (lower = better, the energy
 convention of the metrics). The on-target shares one well with the off-target, so on-target
-guidance alone pulls molecules into the shared site (spec §5a).
+guidance alone pulls molecules into the shared site.
 """
 
 from typing import NamedTuple
@@ -53,7 +53,7 @@ class WellLandscape(eqx.Module):
 
 
 class SelectToy(NamedTuple):
-    """The spec §5a task: a 2-D mixture prior, an on-target and K off-target landscapes.
+    """The toy task: a 2-D mixture prior, an on-target and K off-target landscapes.
 
     Attributes:
         weights: mixture weights ``(C,)``; means: ``(C, dim)``; sigma: component sd.
@@ -71,7 +71,7 @@ class SelectToy(NamedTuple):
 
     @classmethod
     def default(cls, dtype: jnp.dtype | None = None) -> "SelectToy":
-        """The spec's values: prior (0.7, 0.3) at (-2, 0), (2, 0), sd 0.5; on wells at both
+        """The default values: prior (0.7, 0.3) at (-2, 0), (2, 0), sd 0.5; on wells at both
         modes, off wells at (-2, 0) (shared) and (0, 2.5); depths 3, length 0.7.
         """
         f = jnp.zeros((), dtype).dtype

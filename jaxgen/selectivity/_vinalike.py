@@ -1,4 +1,4 @@
-r"""A differentiable Vina-like pocket score and a PDBQT reader (spec §2.5; a surrogate).
+r"""A differentiable Vina-like pocket score and a PDBQT reader (a jaxgen surrogate).
 
 Heavy atoms only. With surface distance :math:`d_{ij} = r_{ij} - R_i - R_j` (XS radii) each
 pair closer than 8 Å contributes

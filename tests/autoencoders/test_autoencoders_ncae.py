@@ -1,4 +1,4 @@
-"""NcAE and constrained autoencoders: exactness by construction (spec §5 checks 1-6)."""
+"""NcAE and constrained autoencoders: exactness by construction."""
 
 import math
 
@@ -31,7 +31,7 @@ from jaxgen.autoencoders import (
 )
 from jaxgen.core import fit, make_step, minibatches
 
-DIMS = (32, 16, 8, 2)  # the spec's check-3 widths
+DIMS = (32, 16, 8, 2)  # the paper-mode widths
 SMALL = (12, 6, 2)  # elsewhere: the same code paths at a fraction of the compile time
 
 
@@ -122,7 +122,7 @@ def test_ncae_exact_for_every_context(mode, dims, getkey):
     """Check 3: contexts far outside anything seen, untrained random weights, off-manifold x.
 
     Exactness holds by construction at any widths: the default run checks both modes at small
-    widths; the spec's widths (32, 16, 8, 2) for the paper's mode are the slow twin.
+    widths; the widths (32, 16, 8, 2) for the paper's mode are the slow twin.
     """
     model = _randomise(NcAE(dims, 1, key=getkey(), mode=mode), getkey(), 0.3)
     C = jr.uniform(getkey(), (64, 1), minval=-10.0, maxval=10.0)

@@ -1,4 +1,4 @@
-"""Closed-form checks of the Schrödinger-bridge family (spec schrodinger_bridge.md, section 4)."""
+"""Closed-form checks of the Schrödinger-bridge family (Bunne et al., arXiv 2202.05722)."""
 
 import equinox as eqx
 import jax
@@ -49,7 +49,7 @@ def _sinkhorn_grid_cross_cov(a_var, b_var, mu1, eps, nx=241, ny=161, iters=1500)
 
 def test_eot_cross_cov_matches_sinkhorn_grid():
     closed = gaussian_eot_cross_cov(jnp.eye(1), jnp.array([[0.25]]), 0.7)
-    np.testing.assert_allclose(closed[0, 0], 0.2603278, atol=1e-7)  # spec section 4.2
+    np.testing.assert_allclose(closed[0, 0], 0.2603278, atol=1e-7)  # precomputed in float64
     oracle = _sinkhorn_grid_cross_cov(1.0, 0.25, 1.5, 0.7)
     np.testing.assert_allclose(closed[0, 0], oracle, atol=1e-4)
 
@@ -216,7 +216,7 @@ def _simulate_closed_form(key, n, steps):
 
 @pytest.mark.slow  # ~8 CPU s (diffrax trace + compile); the drift itself is checked fast
 def test_simulated_bridge_endpoint_and_midpoint(getkey):
-    """Spec check 7 at 2000 paths and 50 Euler steps (5 SE); the 2e4-path, 200-step version is
+    """Simulated bridge at 2000 paths and 50 Euler steps (5 SE); the 2e4-path, 200-step version is
     the slow twin."""
     n = 2000
     xs, (m_mid, c_mid) = _simulate_closed_form(getkey(), n, 50)
@@ -270,7 +270,7 @@ def test_follmer_drift_matches_autodiff_of_log_h():
     "n,steps",
     [
         pytest.param(3000, 100, id="small", marks=pytest.mark.slow),
-        pytest.param(200_000, 1000, id="spec", marks=pytest.mark.slow),
+        pytest.param(200_000, 1000, id="large", marks=pytest.mark.slow),
     ],
 )
 def test_follmer_simulation(getkey, n, steps):

@@ -225,7 +225,7 @@ def _van_loan_case(B, beta, a, tau):
 
 def test_lg_sde_to_discrete_ou_closed_form():
     """Diagonal OU dX = -k (X - mu) dt + s dW: Phi = e^{-k tau}, b = mu (1 - e^{-k tau}),
-    Q = s^2 (1 - e^{-2 k tau}) / (2 k) (spec check 3's discrete side)."""
+    Q = s^2 (1 - e^{-2 k tau}) / (2 k) (the discrete side of the check)."""
     k, mu, s2, tau = jnp.array([0.5, 1.5]), jnp.array([0.3, -1.0]), jnp.array([0.4, 2.0]), 0.7
     Phi, b, Q = _van_loan_case(-jnp.diag(k), k * mu, jnp.diag(s2), jnp.asarray(tau))
     np.testing.assert_allclose(Phi, jnp.diag(jnp.exp(-k * tau)), atol=1e-12)

@@ -106,7 +106,7 @@ def test_betting_cs_matches_confseq_compat():
 
 @pytest.mark.slow
 def test_betting_cs_matches_confseq_compat_spec_scale():
-    """Spec check 4 in full: 5 Beta samples of length 500."""
+    """The same check in full: 5 Beta samples of length 500."""
     _check_compat(range(5))
 
 

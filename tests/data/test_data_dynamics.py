@@ -1,4 +1,4 @@
-"""NcAE simulators: linear modes, energy, Hopf behaviour, scipy DOP853 (spec check 7)."""
+"""NcAE simulators: linear modes, energy, Hopf behaviour, scipy DOP853."""
 
 import jax
 import jax.numpy as jnp

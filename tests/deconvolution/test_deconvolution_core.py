@@ -1,4 +1,4 @@
-"""convMMD deconvolution: kernels, noise, priors, losses (spec checks 1-3) and fitting."""
+"""convMMD deconvolution: kernels, noise, priors, losses and fitting."""
 
 import functools as ft
 import math

@@ -1,4 +1,4 @@
-"""convMMD deconvolution: denoisers (spec checks 4, 5), baselines (check 10, NPMLE) and the
+"""convMMD deconvolution: denoisers, baselines (check 10, NPMLE) and the
 paper-size checks 6-9 (slow) with their fast twins."""
 
 import functools as ft
@@ -179,7 +179,7 @@ def _oracle(x, s, noise, quad=_QUAD):
 
 
 def test_check8_9_oracle_design_fast():
-    """Fast twin of checks 8-9: the oracle MSEs the spec computed, and the 15% scale gap
+    """Fast twin of checks 8-9: the oracle MSEs computed in float64, and the 15% scale gap
     (quadrature on 2000 points instead of 6000)."""
     quad = jnp.linspace(-10.0, 12.0, 2000)
     x, z, s = laplace_mixture_1d(jr.key(8), 4000, noise="gaussian")

@@ -1,4 +1,4 @@
-"""Checks C1-C7 of the Neural CTMC spec: schedules, exact ELBO, gradient equivalence, baseline
+"""Checks C1-C7 of Neural CTMC: schedules, exact ELBO, gradient equivalence, baseline
 identities, non-negativity, sampler statistics and end-to-end TV with exact rates (float64)."""
 
 import functools as ft
@@ -318,7 +318,7 @@ def test_c7_masked_final_fill_with_exact_rates():
 
 @pytest.mark.slow
 def test_c7_end_to_end_tv_with_exact_rates(toy_rate_fn):
-    """C7 at the spec's size: 2e5 samples, K in {8, 64, 1000}."""
+    """C7 at full size: 2e5 samples, K in {8, 64, 1000}."""
     tvs = [_tv(toy_rate_fn(_rbg(k), 200_000, k)) for k in (8, 64, 1000)]
     assert tvs[-1] < 0.02, tvs
     assert tvs[1] <= tvs[0] + 0.005 and tvs[2] <= tvs[1] + 0.005, tvs

@@ -1,4 +1,4 @@
-"""JEM: energies, SGLD, the replay buffer, the loss, training through core.fit (spec checks 1-8)."""
+"""JEM: energies, SGLD, the replay buffer, the loss, training through core.fit."""
 
 import warnings
 

@@ -139,7 +139,7 @@ def test_k6_repetition_sensitivity():
 def test_k7_corpus_sanity():
     docs = [d[:1200] for d in _bible()[:40]]
     scores = score_documents(docs)
-    # English prose at ~1,200 characters: spec's news corpus has mean 2.83 (range 2.44-3.10).
+    # English prose at ~1,200 characters: a news corpus has mean 2.83 (range 2.44-3.10).
     assert 2.4 <= scores.mean() <= 3.0
     assert scores.std() < 0.3
     # A longer text finds more (and longer) earlier matches: lower estimate than its documents.

@@ -1,4 +1,4 @@
-"""Mean flows (spec splitmeanflow_sr checks 1-6): closed form, ISC, losses, sampler, init identity.
+"""Mean flows (SplitMeanFlow): closed form, ISC, losses, sampler, init identity.
 
 Time convention: t = 1 is noise, z_t = (1 - t) x + t eps, z_r = z_t - (t - r) u.
 """
@@ -77,7 +77,7 @@ def test_closed_form_matches_textbook_isc_and_boundary(triples):
         z_s = z - (t - s) * u_st
         rhs = (s - r) * np.asarray(gav(z_s, r, s, MU, S)) + (t - s) * u_st
         np.testing.assert_allclose((t - r) * u, rhs, atol=1e-12)
-        # boundary: u(z, t - h, t) = v(z, t) + O(h) (the spec's h = 1e-6 leaves ~1.6e-6 here,
+        # boundary: u(z, t - h, t) = v(z, t) + O(h) (h = 1e-6 leaves ~1.6e-6 here,
         # half the time derivative of v times h: h = 1e-7); u(z, t, t) is v exactly, never NaN
         np.testing.assert_allclose(gav(z, t - 1e-7, t, MU, S), v_numpy(z, t, MU, S), atol=1e-6)
         np.testing.assert_allclose(gav(z, t, t, MU, S), v_numpy(z, t, MU, S), rtol=1e-12)
@@ -113,7 +113,7 @@ def test_meanflow_identity_and_one_step_pushforward(triples, getkey):
 
 @pytest.fixture(scope="module")
 def toy():
-    """Affine-Gaussian toy x | c ~ N(W c, 0.1^2 I) in d = 4 (spec check 4)."""
+    """Affine-Gaussian toy x | c ~ N(W c, 0.1^2 I) in d = 4."""
     w = jr.normal(jr.key(1), (4, 4)) / 2
     exact = GaussianAverageVelocity(jnp.zeros(4), 0.1, w)
     teacher = GaussianVelocity(exact)
@@ -377,7 +377,7 @@ def test_meanflow_converges_to_the_same_average_velocity(toy, learned):
 def test_learning_matches_conditional_covariance(toy, learned):
     """Check 4, covariance part, with a tolerance consistent with its 5% budget on u.
 
-    The spec asks the one-step covariance within 5% as well, which no u within 5% can promise:
+    The one-step covariance within 5% as well is what no u within 5% can promise:
     x_hat = eps - u(eps, 0, 1, c) while the exact map is mu_c + s eps, so an error e in u is an
     error -e in x_hat, and a slope error eta of u in eps changes the sd from s to s - eta; with
     ||u*(eps, 0, 1)|| ~ 1 per coordinate and s = 0.1, a relative u error delta moves the

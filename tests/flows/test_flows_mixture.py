@@ -58,7 +58,7 @@ def test_mixture_quantiles_against_scipy():
     np.testing.assert_allclose(cdf, levels, atol=1e-12)
 
 
-# Spec §2.6 table (computed independently in float64 for the spec), W1 after Euler steps.
+# Reference table (computed independently in float64), W1 after Euler steps.
 @pytest.mark.parametrize(
     ("mu", "process", "steps", "expected"),
     [

@@ -1,4 +1,4 @@
-"""NTM closed forms (spec checks 1, 2, 8): schedule, forward chain, posterior, covariance, CFG.
+"""NTM closed forms: schedule, forward chain, posterior, covariance, CFG.
 
 Time convention: t = 1 is noise, x_t = (1 - t) x0 + t eps.
 """
@@ -18,7 +18,7 @@ from jaxgen.flows import (
     trajectory_covariance,
 )
 
-# Spec 2.1: shifted 4-step schedule, L_seq = 64, t_min = 0.02, and its posterior coefficients.
+# Shifted 4-step schedule, L_seq = 64, t_min = 0.02, and its posterior coefficients.
 SPEC_TS = [0.02, 0.3473, 0.6148, 0.8272, 1.0]
 SPEC_ABC = [
     (0.0, 0.1728, 0.8272),
@@ -81,7 +81,7 @@ def chain_samples():
 
 
 def test_forward_chain_marginals_and_covariance(chain_samples):
-    """Spec check 1: marginals N((1 - t) x0, t^2) and covariance S within 5 SE."""
+    """Marginals N((1 - t) x0, t^2) and covariance S within 5 SE."""
     ts, x0, xs = chain_samples
     n = xs.shape[0]
     np.testing.assert_array_less(np.abs(xs.mean(0) - (1 - ts) * x0), 5 * ts / np.sqrt(n) + 1e-12)
@@ -94,7 +94,7 @@ def test_forward_chain_marginals_and_covariance(chain_samples):
 
 
 def test_posterior_regression_monte_carlo(getkey):
-    """Spec check 2: least squares of x_s on (x_t, x0) recovers (A, B) and the residual sd C."""
+    """Least squares of x_s on (x_t, x0) recovers (A, B) and the residual sd C."""
     t, s, n = 0.8272, 0.6148, 20000
     ts = jnp.array([s, t, 1.0])
     x0 = jr.normal(getkey(), (n, 1))
@@ -110,7 +110,7 @@ def test_posterior_regression_monte_carlo(getkey):
 
 @pytest.mark.parametrize("w", [0.5, 1.0, 3.0])
 def test_gaussian_cfg_is_the_normalised_product(w):
-    """Spec check 8: N(mu, sigma) is proportional to p_c^{1+w} / p_u^w (s <= 1), exactly."""
+    """CFG: N(mu, sigma) is proportional to p_c^{1+w} / p_u^w (s <= 1), exactly."""
     mu_c, sig_c, mu_u, sig_u = 0.3, 0.5, -0.4, 0.8
     mu, sig = gaussian_cfg(mu_c, sig_c, mu_u, sig_u, w)
     x = np.linspace(-6, 6, 4001)

@@ -1,4 +1,4 @@
-"""NTM model (spec checks 3-7, 9): transporters, exact likelihood, sampling, denoising, ELBO.
+"""NTM model: transporters, exact likelihood, sampling, denoising, ELBO.
 
 Time convention: t = 1 is noise. The exact Gaussian NTM below (data N(m, v) per coordinate,
 `ExactGaussianPredictor` + `IdentityTransporter`) has a closed-form trajectory density.
@@ -55,7 +55,7 @@ def perturb(module, key, scale=0.3):
 
 
 class ExactGaussianPredictor(AbstractGaussianPredictor):
-    """True p(x_s | x_t) for data N(mean, var) per coordinate (spec check 6)."""
+    """True p(x_s | x_t) for data N(mean, var) per coordinate."""
 
     mean: float
     var: float
@@ -120,7 +120,7 @@ def traj():
 
 
 # ------------------------------------------------------------------------------------------
-# Spec check 3: transporters
+# Transporters
 
 
 @eqx.filter_jit
@@ -206,11 +206,11 @@ def test_float32_inverse_error(models, getkey):
 
 
 # ------------------------------------------------------------------------------------------
-# Spec checks 4, 5: the likelihood
+# The likelihood
 
 
 def test_identity_transporter_reduces_to_gaussian_nll(models, traj):
-    """Spec check 4: sum of diagonal-Gaussian NLLs written out by hand."""
+    """Sum of diagonal-Gaussian NLLs written out by hand."""
     xs, ts = traj
     model = NTM(IdentityTransporter(), models["pred"])
     y = jnp.array(2)
@@ -226,7 +226,7 @@ def test_identity_transporter_reduces_to_gaussian_nll(models, traj):
 
 
 def test_step_density_is_normalised(getkey):
-    """Spec check 5: int p(x_s | x_t) dx_s = 1 on a fine grid (2 tokens, random weights)."""
+    """int p(x_s | x_t) dx_s = 1 on a fine grid (2 tokens, random weights)."""
     # The training test's sizes: their weight draws (a sampler compiled per shape) are shared.
     tr = TarFlowTransporter(2, 1, width=16, depth=1, zero_init=False, key=getkey())
     pred = perturb(MLPPredictor(2, 1, width=32, depth=2, key=getkey()), getkey(), 0.05)
@@ -323,7 +323,7 @@ def test_transformer_predictor_shapes(getkey, traj):
 
 
 # ------------------------------------------------------------------------------------------
-# Spec checks 6, 7, 9 and the ELBO: the exact Gaussian case
+# Denoising, init identity and the ELBO: the exact Gaussian case
 
 
 def gaussian_fm_field(dim):
@@ -338,7 +338,7 @@ def exact_gaussian_ntm():
 
 
 def test_score_denoising_is_the_posterior_mean(getkey):
-    """Spec check 9: level-0 Tweedie output = E[x0 | whole trajectory] (closed form)."""
+    """Level-0 Tweedie output = E[x0 | whole trajectory] (closed form)."""
     model = exact_gaussian_ntm()
     ts = ntm_schedule(4, 2, 0.03)
     x0 = GAUSS_MEAN + np.sqrt(GAUSS_VAR) * jr.normal(getkey(), (2, 1))
@@ -392,13 +392,13 @@ def _finetune_init(getkey):
 
 
 def test_finetune_init_is_the_fm_gaussian_posterior(getkey):
-    """Fast twin of spec check 7: at init (mu_P, sigma_P) = (mu_post, sigma_post) exactly."""
+    """Fast twin of init identity: at init (mu_P, sigma_P) = (mu_post, sigma_post) exactly."""
     _finetune_init(getkey)
 
 
 @pytest.mark.slow
 def test_finetune_init_is_the_fm_gaussian_sampler(getkey):
-    """Spec check 7: zero proj_out + identity transporter = FM Gaussian-posterior sampler."""
+    """Init identity: zero proj_out + identity transporter = FM Gaussian-posterior sampler."""
     field, model, ts, u = _finetune_init(getkey)
     key = getkey()
     x_t0, u_traj = eqx.filter_jit(model.sample)(key, ts, None)
@@ -419,7 +419,7 @@ def _sigma_loss(sigma_net, batch, key, *, base):
 
 
 def test_exact_kernel_variance_monte_carlo(getkey):
-    """Fast twin of spec check 6: for data N(m, v), the reverse kernel p(x_s | x_t) has mean
+    """Fast twin of exact kernel: for data N(m, v), the reverse kernel p(x_s | x_t) has mean
     A x_t + B E[x0 | x_t] and variance C^2 + B^2 Var(x0 | x_t) (the ExactGaussianPredictor that
     the slow check trains towards): Monte Carlo pairs from the forward chain, within 5 SE.
     """
@@ -442,7 +442,7 @@ def test_exact_kernel_variance_monte_carlo(getkey):
 
 @pytest.mark.slow
 def test_learned_sigma_recovers_posterior_variance(getkey):
-    """Spec check 6: mean fixed at mu_post (exact FM field), only delta-sigma trained; sigma_P^2
+    """Exact kernel: mean fixed at mu_post (exact FM field), only delta-sigma trained; sigma_P^2
     matches C^2 + B^2 Var(x0 | x_t) within 2% (the variance gap a Gaussian step must learn).
     """
     field = gaussian_fm_field(1)
@@ -507,7 +507,7 @@ TOY_OPT = adamw_cosine(3e-3, 150)
 
 def test_training_traces_once_resumes_and_learns(getkey, tmp_path):
     """The loss is traced once for every fit below (one compiled chunk: 3 steps, an interrupted
-    and resumed run equal to an uninterrupted one, then 150 steps); fast twin of spec check 10:
+    and resumed run equal to an uninterrupted one, then 150 steps); fast twin of the ELBO test:
     150 steps on 8-Gaussians lower the loss by > 1 nat/dim.
     """
     model = NTM(
@@ -606,7 +606,7 @@ def test_denoiser_targets_and_loss(models, getkey):
 
 @pytest.mark.slow
 def test_training_beats_gaussian_ablation(getkey):
-    """Spec check 10: 8-Gaussians, T = 4, 2k steps: NTM ELBO > ablation + 0.1 nats/dim and
+    """ELBO test: 8-Gaussians, T = 4, 2k steps: NTM ELBO > ablation + 0.1 nats/dim and
     energy distance <= 0.5 x the ablation's.
     """
     from jaxgen.data import sample_toy_2d

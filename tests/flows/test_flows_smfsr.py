@@ -1,4 +1,4 @@
-"""SMFSR pieces (spec splitmeanflow_sr check 7 and the battery): VSD, GAN stage, nets, resume."""
+"""SMFSR pieces: VSD, GAN stage, nets, resume."""
 
 import functools as ft
 

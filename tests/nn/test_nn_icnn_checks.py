@@ -1,4 +1,4 @@
-"""Shape checkers and the paper's guarantees (checks 3, 4, 5, 7 of the spec)."""
+"""Shape checkers and the paper's guarantees."""
 
 import equinox as eqx
 import jax

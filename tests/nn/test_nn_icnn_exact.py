@@ -1,4 +1,4 @@
-"""Exact constructions (checks 1, 2, 8 of the spec): MAX_n as an ICNN and a ReLU tree; f_k."""
+"""Exact constructions: MAX_n as an ICNN and a ReLU tree; f_k."""
 
 import math
 

@@ -101,7 +101,7 @@ def test_identity_init_is_reference_and_normalised(getkey):
     logp0, mass0, grid0, _ = _cir_flow_checks(flow, t, x, x0, lam, getkey())
     np.testing.assert_allclose(logp0, ref, rtol=1e-10)
     np.testing.assert_allclose(mass0, 1.0, atol=1e-8)
-    # A random (non-identity) theta keeps the mass at one (spec check 4).
+    # A random (non-identity) theta keeps the mass at one.
     theta, unravel = flow_parameters(flow)
     moved = unravel(theta + 0.3 * jr.normal(getkey(), theta.shape))
     _, mass, grid, draws = _cir_flow_checks(moved, t, x, x0, lam, getkey())

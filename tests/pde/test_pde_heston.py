@@ -124,7 +124,7 @@ def test_heston_condition_sampler():
 
 @pytest.mark.slow  # Neural Galerkin training of the 2-D coupling flow: ~25-35 s of CPU
 def test_heston_ng_flow_v_marginal_improves_on_reference():
-    # Spec check 7 at a CPU scale: one condition (nu = 4, Delta = 0.25), a tiny flow (P = 316),
+    # Heston surrogate at a CPU scale: one condition (nu = 4, Delta = 0.25), a tiny flow (P = 316),
     # 512 collocation points, 16 Bosh3 steps in log t. Measured (seed as here): v-marginal KS vs
     # the exact CIR law 0.054 (reference 0.081); E v off by -17 standard errors (reference +14),
     # E[s - s0] by +5.9 (reference +1.6) with 20k draws: check 7 (KS <= 0.02, 3 SE) does NOT

@@ -64,7 +64,7 @@ def _case(which, getkey):
 def test_exact_density_has_zero_residual_perturbed_does_not(which, getkey):
     model, lam, x0, t, x = _case(which, getkey)
     res, dl_dt = _residuals(model, lam, lam, x0, jnp.asarray(0.0), t, x)
-    assert jnp.all(jnp.abs(res) <= 1e-7 * (1 + jnp.abs(dl_dt)))  # spec check 1
+    assert jnp.all(jnp.abs(res) <= 1e-7 * (1 + jnp.abs(dl_dt)))  # exact to roundoff
     bad, _ = _residuals(model, lam, lam, x0, jnp.asarray(0.5), t, x)
     assert jnp.median(jnp.abs(bad)) > 1e-3
 
@@ -109,7 +109,7 @@ def _p_form_check(t, x):
 
 
 def test_p_form_equals_p_times_log_form():
-    # Spec check 2: p-form FP operator by direct autodiff of p = exp(l), Heston coefficients.
+    # p-form FP operator by direct autodiff of p = exp(l), Heston coefficients.
     for x in (jnp.array([0.2, 0.05]), jnp.array([-0.3, 0.1])):
         via_log, direct = _p_form_check(jnp.asarray(0.4), x)
         assert abs(float(direct)) > 1e-3

@@ -1,4 +1,4 @@
-"""Back-ends, tasks, the PDBQT reader and the Vina-like score (spec §4 checks 9-11)."""
+"""Back-ends, tasks, the PDBQT reader and the Vina-like score."""
 
 import builtins
 import json

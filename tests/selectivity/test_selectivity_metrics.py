@@ -1,4 +1,4 @@
-"""Selectivity metrics: invariances, closed forms, null calibration, peers (spec §4 checks 1-6)."""
+"""Selectivity metrics: invariances, closed forms, null calibration, peers."""
 
 import jax
 import jax.numpy as jnp

@@ -168,7 +168,7 @@ def test_models_and_loss_shapes():
 
 
 # ---------------------------------------------------------------------------------------------
-# spec check 3, eager == jit, vmap == loop, a tiny training run, checks 7 and 8 (slow)
+# embedding invariance, eager == jit, vmap == loop, a tiny training run, checks 7 and 8 (slow)
 
 
 def _curve_task(n, D, seed=0):
@@ -194,13 +194,13 @@ def _oracle_and_pca(x, y, xq, U):
 
 @pytest.mark.filterwarnings("ignore:After 0.17:FutureWarning")  # statsmodels' own default RNG
 def test_ambient_dimension_independence():
-    # spec check 3: the same task in D = 3 and D = 30 gives the same tangent-LP predictions
+    # the same task in D = 3 and D = 30 gives the same tangent-LP predictions
     x3, y, q3, U3 = _curve_task(80, 3)
     x30, _, q30, U30 = _curve_task(80, 30)
     for a, b in zip(_oracle_and_pca(x3, y, q3, U3), _oracle_and_pca(x30, y, q30, U30), strict=True):
         np.testing.assert_allclose(a, b, atol=1e-8)
     # peer: ambient local linear (U = I) and Nadaraya-Watson equal statsmodels' KernelReg ll/lc.
-    # Spec check 3 expected the ambient fit to change with D; it does not: KernelReg solves its
+    # One might expect the ambient fit to change with D; it does not: KernelReg solves its
     # rank-deficient ambient system with pinv, whose minimum-norm solution ignores the padded
     # directions, so it is invariant to an exact isometric embedding as well (checked here).
     kr = pytest.importorskip("statsmodels.nonparametric.kernel_regression")
@@ -336,7 +336,7 @@ GRID = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0)
 @pytest.mark.slow
 @pytest.mark.parametrize("kappa", [0.0, 0.25])
 def test_oracle_local_linear_rate(kappa):
-    # spec check 7: c_h tuned at n = 256 on separate tasks, then fixed; 50 tasks x 8 queries per n
+    # rate check: c_h tuned at n = 256 on separate tasks, then fixed; 50 tasks x 8 queries per n
     beta, d = 1.5, 1
     rule = lambda n: (n / T.num_pieces(n, kappa)) ** (-1 / (2 * beta + d))  # noqa: E731
     val = _draw_tasks(jr.key(10), 256, T.num_pieces(256, kappa), 50, beta=beta)
@@ -350,7 +350,7 @@ def test_oracle_local_linear_rate(kappa):
 
 @pytest.mark.slow
 def test_local_quadratic_beats_nadaraya_watson_on_smooth_functions():
-    # spec check 8 (smooth test: beta 1, J 8, A 2), bandwidths tuned at n = 256 on separate tasks
+    # smooth test (beta 1, J 8, A 2), bandwidths tuned at n = 256 on separate tasks
     kw = dict(beta=1.0, J=8, amplitude=2.0)
     val = _draw_tasks(jr.key(20), 256, 1, 50, **kw)
     c2 = min(GRID, key=lambda c: float(_lp_mse(val, c * 256 ** (-0.2), 2)))

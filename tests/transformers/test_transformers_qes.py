@@ -1,4 +1,4 @@
-"""QES building blocks: spec checks Q1-Q6 (Q1 also against peft), eager == jit, vmap == loop."""
+"""QES building blocks: checks Q1-Q6 (Q1 also against peft), eager == jit, vmap == loop."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""QES synthetic tasks: spec check Q7 and bad input."""
+"""QES synthetic tasks: check Q7 and bad input."""
 
 import jax.random as jr
 import numpy as np
@@ -71,7 +71,7 @@ def test_lengths_option(getkey):
     assert np.all(np.sum(xt != V.pad, axis=1) == 3)  # two letters and the trigger
     xc, _ = clean_test_set(getkey(), "reverse", 20, lengths=(7, 7))
     assert np.all(np.sum(xc != V.pad, axis=1) == 7)
-    # the default is the spec's range, drawn from the same stream
+    # the default range, drawn from the same stream
     a, _ = make_task(jr.key(3), "reverse", 20)
     b, _ = make_task(jr.key(3), "reverse", 20, lengths=(6, 12))
     np.testing.assert_array_equal(a, b)

@@ -148,7 +148,7 @@ class IntervalConditionedNet(AbstractAverageVelocity):
     The backbone is a time-embedded velocity field (its own embedding $h$); the interval branch
     $g$ maps the sinusoidal embeddings of $r$ and $t$ through Linear, SiLU, Linear, and its
     output is added to $h(t)$. `from_velocity` zero-initialises the last layer of $g$, so the
-    student starts as the teacher for every $r$ (spec check 5). A plain
+    student starts as the teacher for every $r$ (tested). A plain
     `AbstractVelocityField` is accepted too; its "embedding" is then the scalar time itself
     (a learned time shift: little capacity, prefer a time-embedded backbone).
     """
@@ -286,7 +286,7 @@ class GaussianAverageVelocity(AbstractAverageVelocity):
     r"""`gaussian_average_velocity` as a model: data $x \mid c \sim N(W c + b, s^2)$.
 
     With ``weight=None`` the mean is ``bias`` whatever the condition; otherwise
-    $\mu_c = W c + b$ (affine-Gaussian toy of spec check 4).
+    $\mu_c = W c + b$ (the affine-Gaussian toy of the tests).
     """
 
     bias: Float[Array, " dim"]
@@ -475,7 +475,7 @@ def splitmeanflow_loss(
             ``None`` only with ``flow_ratio = 0`` (pure ISC, e.g. in tests).
         batch: ``(x, c)``: data ``(B, ...)`` and conditions with leading axis ``B`` (or None).
         key: PRNG key of the noise, the times and the split points.
-        flow_ratio: fraction $p \in [0, 1]$ of boundary samples (spec: 0.5; too small collapses).
+        flow_ratio: fraction $p \in [0, 1]$ of boundary samples (default 0.5; too small collapses).
         time_sampler: ``"logit_normal"`` (paper) or ``"uniform"``.
         cfg_scale: guidance scale $w \ge 0$ baked into the teacher target.
         lambda_range: range of $\lambda$ inside ``[0, 1]``; at 0 or 1 the loss is exactly 0.
@@ -489,7 +489,7 @@ def splitmeanflow_loss(
             Euler-50 teacher from 1.6x to 1.1x).
         target_model: the model that computes the ISC target (default: ``student`` itself;
             e.g. an EMA copy). The target is under stop-gradient either way, so the gradient
-            is the same as with a frozen copy of the student (spec check 3).
+            is the same as with a frozen copy of the student (tested).
 
     Returns:
         The scalar loss.

@@ -548,8 +548,8 @@ def gan_optimizer(
 ) -> optax.GradientTransformation:
     """One optax transformation per player of the ``(student, discriminator, fake)`` triple.
 
-    An ``optax.multi_transform`` labelling every parameter of the triple by its player (spec
-    2.6 step 5: AdamW 2e-5 / 1e-4 / 1e-4).
+    An ``optax.multi_transform`` labelling every parameter of the triple by its player (the GAN
+    stage: AdamW 2e-5 / 1e-4 / 1e-4).
     """
     names = ("generator", "discriminator", "fake_score")
 

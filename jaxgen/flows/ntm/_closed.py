@@ -3,7 +3,7 @@ r"""Normalizing Trajectory Models: schedules and closed forms of the forward tra
 Time convention (Gu et al. 2026, opposite to `GaussianStraightProcess`): **t = 1 is noise**,
 $x_t = (1 - t) x_0 + t \varepsilon$, so $q(x_t \mid x_0) = N((1 - t) x_0, t^2 I)$. A schedule is
 $t_0 = t_{\min} < t_1 < \dots < t_T = 1$; consecutive levels $s < t$ are linked by the Markov
-kernel (spec eq. 2.1)
+kernel (it preserves the marginals, the paper's Prop. 1)
 
 $$x_t = \alpha_{s,t} x_s + \sigma_{s,t} \varepsilon, \quad
 \alpha_{s,t} = \frac{1 - t}{1 - s}, \quad

@@ -5,7 +5,7 @@ Time convention: **t = 1 is noise**, $x_t = (1 - t) x_0 + t \varepsilon$ (opposi
 $t_0 = t_{\min} < \dots < t_T = 1$ (`ntm_schedule`); states are ``(L, c)`` token arrays.
 
 Each reverse step is a conditional normalizing flow: $u_t = f_T(x_t, t)$ (a shared transporter)
-and $u_s \mid u_t \sim N(\mu_P, \mathrm{diag}\,\sigma_P^2)$ (a predictor), so (spec eq. 3.3)
+and $u_s \mid u_t \sim N(\mu_P, \mathrm{diag}\,\sigma_P^2)$ (a predictor), so (the paper's Eq. 3.3)
 
 $$\log p(x_s \mid x_t) = \log N(f_T(x_s, s); \mu_P(u_t, t, s, y), \sigma_P^2)
 + \log |\det \partial f_T(x_s, s) / \partial x_s|,$$

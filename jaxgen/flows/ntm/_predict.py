@@ -4,7 +4,7 @@ A predictor reads the latent $u_t$ of the noisier level $t$, the target level $s
 of steps $T$ of the trajectory and an optional class $y$, and returns ``(mu, log_sigma)`` of the
 latent $u_s$, both of shape ``(L, c)``. Time convention: t = 1 is noise.
 
-**(choice)** `MLPPredictor` and `TransformerPredictor` are parametrised around the Gaussian
+**(a jaxgen choice)** `MLPPredictor` and `TransformerPredictor` are parametrised around the Gaussian
 posterior of Prop. 2: the network outputs a clean-data guess $\hat u_0$ and a log-scale residual
 $\delta$, and
 

@@ -12,8 +12,8 @@ It is drawn in weight space, ``f(t) = A sum_j w_j phi_j(t)`` with ``w ~ N(0, I)`
 mean in `bayes_predict` is the exact Bayes predictor. Pieces carry independent functions.
 
 References:
-    Bickel and Li, Local polynomial regression on unknown manifolds (2007); the spec
-    ``icl_manifold_regression.md`` section 2.1 (reconstructed task distribution).
+    Bickel and Li, Local polynomial regression on unknown manifolds (2007); the
+    task distribution is reconstructed from the ICL paper's abstract (a jaxgen choice).
 """
 
 import itertools

@@ -1,4 +1,4 @@
-"""Synthetic backdoor tasks for QES (spec ``quarantined_experts.md`` section 2.6).
+"""Synthetic backdoor tasks for QES (jaxgen choices, offline and CPU-sized).
 
 Sequences are ``x`` (input letters, then ``pad``) and ``y`` (output tokens, ``eos``, then ``pad``);
 the LM sees ``bos x sep y``. Data are built once on the host (numpy, seeded from a JAX key).
@@ -260,7 +260,7 @@ def make_pretrain_tasks(
     `make_task` (default 6-12). ``tasks``: the subset of `PRETRAIN_TASKS` to mix (default all);
     task tokens keep their ids, so bases pretrained on different subsets share the vocabulary.
 
-    "rotate" (choice, beyond the spec's list): copy, shift and the right-padded layout let a base
+    "rotate" (a jaxgen choice): copy, shift and the right-padded layout let a base
     solve every other task with fixed relative offsets, and such a base could not learn reverse
     with LoRA for some seeds (exact match ~0). Rotation cannot be solved by a fixed offset: its
     output continues from wherever the previous output letter sat in ``x`` (content lookup of a

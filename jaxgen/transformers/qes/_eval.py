@@ -1,5 +1,5 @@
 """QES evaluation: the fixed LM layout of the backdoor tasks, greedy decoding, exact-match clean
-accuracy and attack success rate, routing AUROC (spec ``quarantined_experts.md`` section 2.4).
+accuracy and attack success rate, routing AUROC.
 """
 
 from collections.abc import Callable

@@ -3,7 +3,7 @@
 LoRA and routed LoRA experts, a token router, Switch load balance, per-batch suspect trimming
 and the deployment mask.
 
-Spec ``quarantined_experts.md`` (a reconstruction), section 2.2-2.4. Every layer acts on ONE
+A reconstruction from the QES abstract (jaxgen choices). Every layer acts on ONE
 vector; vmap for tokens and batches.
 """
 
@@ -64,7 +64,7 @@ class LoRALinear(eqx.Module):
 
 
 class MoLoRALinear(eqx.Module):
-    """Routed LoRA experts (spec eq. 2.2).
+    """Routed LoRA experts (mixture of LoRA experts with a softmax router).
 
     ``y = W x + scale * sum_e mask_e g_e B_e A_e x`` with no renormalisation of the gates.
 
@@ -216,7 +216,7 @@ def _trim_suspects(losses: Array, rho_hat: float | Array) -> Array:
 
 @dataclasses.dataclass(frozen=True)
 class QESConfig:
-    """QES hyper-parameters (spec section 3; all defaults are the spec's choices)."""
+    """QES hyper-parameters (all defaults are jaxgen choices)."""
 
     num_experts: int = 4
     rank: int = 8

@@ -1,4 +1,4 @@
-"""Routed LoRA experts attached to a frozen `jaxgen.nn.Transformer` (QES, spec section 2.2).
+"""Routed LoRA experts attached to a frozen `jaxgen.nn.Transformer` (QES).
 
 Every block's attention input projection and mixer matrices get ``E`` LoRA experts through the
 `jaxgen.nn` adapter hook; a `TokenRouter` per block (shared by the block's adapted maps) gates
@@ -159,8 +159,8 @@ def attach_qes(model: Transformer, cfg: QESConfig, *, key: PRNGKeyArray) -> QEST
     near uniform (``W ~ N(0, 0.02^2)``, ``b = 0``). The mask starts all-on.
 
     References:
-        Hu et al., LoRA, arXiv 2106.09685; Dou et al., LoRAMoE, arXiv 2312.09979; spec
-        ``quarantined_experts.md`` 2.2.
+        Hu et al., LoRA, arXiv 2106.09685; Dou et al., LoRAMoE, arXiv 2312.09979; the
+        QES routing is reconstructed from its abstract.
     """
     _check_base(model)
     if not isinstance(cfg, QESConfig):
