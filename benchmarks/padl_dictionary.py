@@ -80,7 +80,7 @@ SMOKE = {
 # float32; they are printed as notes beside the claims they explain, not computed in the run.
 PLANTED_DEFAULTS_ABLATION = """\
 Planted problems the claims above do not use, `fit_padl(X, K, key)` with its defaults ("mdl"), \
-float32, |A| / planted and recovery (|cos| > 0.95). Root cause of the excess atoms: the spec's \
+float32, |A| / planted and recovery (|cos| > 0.95). Root cause of the excess atoms: the fixed-D \
 prune test (re-code the samples of atom k with D fixed, accept if the cost rises by < lambda_0) \
 keeps pairs of atoms that split one planted atom (cosines ~0.99): each is the better fit for its \
 half, so removing either costs 1.6-4x lambda_0 (0.99-2.4 vs 0.60 on P4). Not the cause: the MDL \
@@ -166,7 +166,7 @@ own baseline also tries debiased lasso with alpha = PADL's lambda_1, so its drop
 |---|---|---|---|---|---|
 | mdl, fixed-D prune (before) | 63 (0.98) | 39.5 | 59.99 | 36.97 | -23.0 |
 | mdl, re-aligned prune (after) | 63 (0.98) | 39.5 | 59.99 | 36.97 | -23.0 |
-| mdl, spec schedule (warm-up 10, 40 iterations) | 64 (1.00) | 47.0 | 65.80 | 39.03 | -26.8 |
+| mdl, default schedule (warm-up 10, 40 iterations) | 64 (1.00) | 47.0 | 65.80 | 39.03 | -26.8 |
 | path, 4 points (default grid from sigma2_hat) | 64 (1.00) | 39.6 | 60.19 | 37.23 | -23.0 |
 | fixed lambda_1 = 0.0029 (mdl's), lambda_0 = 0.25 | 63 (0.98) | 39.1 | 59.81 | 36.97 | -22.9 |
 | fixed lambda_1 = 0.0029, lambda_0 = 2.5 | 34 (0.53) | 24.2 | 30.52 | 33.07 | 2.6 |
@@ -217,7 +217,7 @@ lasso usage, or a per-crop greedy simultaneous OMP over the atoms). Neither clos
 k-means centroids and the top-norm tokens are built from the crop's own tokens, whereas PADL \
 selects among generic atoms learned on other crops, so the proxy favours them structurally; \
 the paper's VLM setting (a dictionary of visual features shared by a language model) is not \
-reproducible offline (spec 2.5).
+reproducible offline.
 
 | dictionary | PADL, top usage | PADL, greedy SOMP | k-means | top-norm tokens |
 |---|---|---|---|---|
@@ -462,7 +462,7 @@ def _vlm_proxy(padl_D, lam1, config, key):
 
 def run(config, key, rec):
     k_planted, k_patch, k_fit, k_digits = jr.split(key, 4)
-    # 1. Planted dictionary (spec check 6).
+    # 1. Planted dictionary: |A| and recovery against the planted atoms.
     p = config["planted"]
     X, D_true = _planted(0, p["d"], p["k_true"], p["N"])
     res = fit_padl(
@@ -616,9 +616,9 @@ def run(config, key, rec):
         )
         ax.legend()
     rec.note(
-        "Quick mode uses much smaller K, N and iteration counts than the spec (patches "
+        "Quick mode uses much smaller K, N and iteration counts than --full (patches "
         "K=64 on 2000 patches, digits K=32, 12 outer iterations) to fit the CPU budget; "
-        "full mode uses the spec's sizes."
+        "full mode uses the paper-scale sizes (K=256, 10000 patches)."
     )
 
 

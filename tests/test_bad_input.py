@@ -406,6 +406,8 @@ def _transition_flow_args() -> dict[str, Any]:
 
 def _transition_flow() -> Any:
     return _obj("pde.TransitionFlow")(**_transition_flow_args())
+
+
 def _ae_batch() -> dict[str, Any]:
     """A batch of 4 samples in R^3 with a 1-d context, for the autoencoder metrics."""
     return {

@@ -302,8 +302,8 @@ def prune_refit(
 
     Active atoms are visited by increasing :math:`\|r_k\|_1`. For each, the samples ``S`` that use
     it are re-coded without it (lasso, monotone FISTA, warm start), and the removal is accepted
-    when it lowers :math:`F_0` (spec §2.4c): with ``realign=False`` (the spec's test, ``D``
-    fixed) when :math:`\tfrac12\mathrm{RSS}_S + \lambda_1\|R_S\|_1` rises by less than
+    when it lowers :math:`F_0` (the paper's prune step): with ``realign=False`` (``D`` fixed)
+    when :math:`\tfrac12\mathrm{RSS}_S + \lambda_1\|R_S\|_1` rises by less than
     :math:`\lambda_0`; with ``realign=True`` (default) both branches then get one exact
     dictionary sweep (`dict_update`'s block update, from the statistics :math:`RR^\top`,
     :math:`XR^\top` corrected for the re-coded columns) and the removal is accepted when
@@ -631,7 +631,7 @@ def fit_padl(
             smaller sigma2_hat -> smaller lambda_1, which ran to near-dense codes on patches.
         prune_realign: accept a removal in prune-and-refit when it lowers the objective after
             one dictionary sweep on both sides (default), not only with the dictionary fixed (the
-            spec's test, which keeps atoms that split one true atom); see `prune_refit`.
+            fixed-D test, which keeps atoms that split one true atom); see `prune_refit`.
         dictionary_init: optional initial dictionary (d, K) instead of random columns.
         throw: raise on non-finite values or an empty dictionary instead of returning them.
 

@@ -315,7 +315,7 @@ def test_result_flag(small):
 
 @pytest.mark.slow
 def test_planted_dictionary_spec_scale():
-    """Check 6 at the spec's scale: d=32, 20 planted atoms, K=100, N=3000, lambda_1 = 0.1."""
+    """Planted recovery at a larger scale: d=32, 20 planted atoms, K=100, N=3000, lambda_1 = 0.1."""
     X, D_true = planted(0, 32, 20, 3000)
     lasso = fit_padl(X, 100, key=jr.key(1), hyper={"lam1": 0.1, "lam0": 0.0})
     assert lasso.num_active == 100
@@ -361,7 +361,7 @@ def test_prune_realign_removes_a_split_atom():
 # Planted problems the benchmark does not use (it plants d=32, 20 atoms, K=100, N=3000), started
 # 2.7-4.8x overcomplete, sizes varied: dimension 10-24, 4-12 planted atoms, 300-500 samples, 2 or 3
 # atoms per sample, noise 0-0.1 (four noiseless: where a residual-based noise level can
-# collapse). With the spec's fixed-D prune test the defaults kept 9/6 atoms on the first two; see
+# collapse). With a fixed-D prune test the defaults kept 9/6 atoms on the first two; see
 # benchmarks/padl_dictionary.md (ablation). The set was fixed before it was first run; the
 # fourth is a known failure (8 atoms for 6: two planted atoms are each split in two, cosines
 # 0.94-0.99, and one re-aligning sweep does not merge them, so removing either still costs more
