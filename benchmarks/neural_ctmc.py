@@ -355,9 +355,9 @@ def run(config: dict, key, rec) -> None:
         tg = _train_step_time(rec, trained[(method, 0)])
         ts = rec.time(
             D.sample,
+            jr.key(3),
             bundle.net,
             bundle.schedule,
-            jr.key(3),
             cfg["num_samples"],
             length,
             32,

@@ -429,7 +429,7 @@ def _speed(config, key, rec, ot):
     K = int(np.floor(np.sqrt(n)))
     k_g, k_i = jr.split(key)
     A, _, _ = sample_graphon(k_g, n, GRAPHONS["abs_diff"])
-    T0, _ = jax.jit(init_coupling, static_argnums=(1, 2))(A, K, "kmeans", key=k_i)
+    T0, _ = jax.jit(init_coupling, static_argnums=(2, 3))(k_i, A, K, "kmeans")
     solve = jax.jit(lambda A, T0: srgw_barycenter(A, T0, tol=tol, throw=False))
     timing = rec.time(solve, A, T0, repeats=3)
     ours = solve(A, T0)
