@@ -463,6 +463,15 @@ def _reverse_task() -> tuple[Any, Any]:
     return _obj("transformers.make_task")(jr.key(0), "reverse", 4)
 
 
+def _planted_sparse_data() -> jax.Array:
+    """(4, 12) data X = D R + 0.01 noise with 3 unit-norm atoms and ~40% non-zero codes."""
+    k_dict, k_codes, k_mask, k_noise = jr.split(jr.key(1), 4)
+    dictionary = jr.normal(k_dict, (4, 3))
+    dictionary = dictionary / jnp.linalg.norm(dictionary, axis=0, keepdims=True)
+    codes = jr.normal(k_codes, (3, 12)) * (jr.uniform(k_mask, (3, 12)) < 0.4)
+    return dictionary @ codes + 0.01 * jr.normal(k_noise, (4, 12))
+
+
 FACTORIES: dict[str, Callable[[], dict[str, Any]]] = {
     # selectivity: 6 molecules, 2 targets, balanced labels; a 2-d toy objective.
     "selectivity.cross_target_auroc": lambda: {
@@ -689,12 +698,15 @@ FACTORIES: dict[str, Callable[[], dict[str, Any]]] = {
         "lam1": 0.05,
         "num_steps": 10,
     },
+    # Planted sparse data (3 unit atoms, 40% active codes, noise 0.01): the MDL prices keep atoms
+    # there, while on dense data this small (e.g. a 4 x 12 sine grid) every atom is pruned and
+    # fit_padl rightly raises.
     "dictionary.fit_padl": lambda: {
-        "X": jnp.sin(jnp.arange(48.0).reshape(4, 12)),
+        "X": _planted_sparse_data(),
         "num_atoms": 3,
         "key": jr.key(0),
         "max_steps": 4,
-        "warmup_steps": 2,
+        "warmup_steps": 5,
         "ramp_steps": 1,
         "fista_steps": 5,
         "prune_every": 2,
