@@ -611,14 +611,20 @@ def _check_padl_fit_options(fit_options: dict[str, Any]) -> dict[str, Any]:
         "fit_padl alternates FISTA code steps and closed-form dictionary updates on the host, "
         "with no optimiser steps"
     )
-    for name, reason in (
-        ("optimizer", f"{not_gradient}, so there is no optimiser to pass"),
-        ("num_steps", "fit_padl counts outer iterations with `max_steps` (and `warmup_steps`)"),
-    ):
-        if name in fit_options:
-            raise ValueError(f"`{name}` does not apply to fit_padl: {reason}.")
+    # Not fit options but arguments of every gradient trainer (`optimizer=None` means the
+    # default there, and nothing here).
+    if fit_options.get("optimizer") is not None:
+        raise ValueError(
+            f"`optimizer` does not apply to fit_padl: {not_gradient}, so there is no optimiser "
+            "to pass."
+        )
+    if "num_steps" in fit_options:
+        raise ValueError(
+            "`num_steps` does not apply to fit_padl: it counts outer iterations with "
+            "`max_steps` (and `warmup_steps`)."
+        )
     check_fit_options(
-        fit_options,
+        {k: v for k, v in fit_options.items() if k != "optimizer"},
         unsupported={
             "steps_per_call": f"{not_gradient} to group into compiled calls",
             "mesh": f"{not_gradient}; it does not shard data over devices",

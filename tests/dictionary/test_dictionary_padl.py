@@ -418,11 +418,16 @@ def test_fit_options_that_do_not_apply(small):
         ("mesh", object(), "shard data"),
         ("shard_params", True, "shard a model"),
         ("on_nonfinite", "skip_step", "throw"),
-        ("optimizer", None, "no optimiser"),
+        ("optimizer", object(), "no optimiser"),
         ("num_steps", 10, "max_steps"),
     ):
         with pytest.raises(ValueError, match=f"`{name}` does not apply.*{reason}"):
             fit_padl(X, 8, **kwargs, **{name: value})
+    # the defaults of the options that do not apply pass
+    res = fit_padl(
+        X, 8, **kwargs, optimizer=None, steps_per_call=None, mesh=None, on_nonfinite="raise"
+    )
+    assert res.num_steps == 1 and len(res.losses) == 2
     with pytest.raises(TypeError, match=r"unknown option\(s\) \['learning_rate'\]"):
         fit_padl(X, 8, **kwargs, learning_rate=1e-3)
     with pytest.raises(ValueError, match="`callback_every` is required"):
