@@ -1227,6 +1227,7 @@ EXEMPT: dict[str, str] = {
     "tests/core/test_core_scale.py",
     "graphs.GraphonEstimate": "a result type",
     "deconvolution.ConvMMDResult": "a result type",
+    "dictionary.PADLResult": "a result type (a FitResult of fit_padl)",
     "energy.JEMResult": "a result type",
     "pde.run_delayed_acceptance": "a whole warm-up and delayed-acceptance run, compiled once per "
     "case (about 35 CPU-s here); its kernel `pde.delayed_acceptance_hmc` is covered and its "
