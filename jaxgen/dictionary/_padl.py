@@ -767,7 +767,8 @@ def fit_padl(
         ValueError: bad shapes, NaN/inf in ``X``, ``num_atoms < 1``, negative penalties, a bad
             mode; a fit option that does not apply (or ``optimizer``, ``num_steps``); a
             checkpoint written by a run with another key or other arguments; with ``throw``, an
-            empty dictionary or a non-finite objective.
+            empty dictionary.
+        RuntimeError: with ``throw``, a non-finite objective (the message names the outcome).
         TypeError: an unknown fit option.
 
     References:
