@@ -34,7 +34,13 @@ from jax.sharding import Mesh
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from ...core import sharded_vmap, solve_sde
-from ...core.checks import check_labels, check_module, check_positive_int, check_shape
+from ...core.checks import (
+    check_labels,
+    check_module,
+    check_positive_int,
+    check_rank,
+    check_shape,
+)
 from .._htransform import guide
 from ._filter import (
     Canonical,
@@ -667,6 +673,7 @@ def simulate_tree(
     """
     if not isinstance(num_steps, int) or num_steps < 1:
         raise ValueError(f"`num_steps` must be an int >= 1, got {num_steps!r}.")
+    x_root = check_rank(x_root, 1, "x_root", layout="(dim,)")
     n, d = topo.num_nodes, x_root.shape[0]
     dtype = x_root.dtype
     z = jnp.zeros((n, d, d), dtype)
