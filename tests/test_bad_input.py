@@ -1225,6 +1225,29 @@ FACTORIES |= {
     },
 }
 
+# --- data: the dynamics datasets at tiny sizes, the optional-package loaders ---
+
+FACTORIES |= {
+    "data.require_module": lambda: {"name": "numpy"},
+    "data.load_skimage_grey": lambda: {"name": "camera"},
+    "data.BPETokenizer": lambda: {"texts": list(_DOCS), "vocab_size": 260},
+    "data.pendulum_manifold_dataset": lambda: {
+        "key": jr.key(0),
+        "kappas": [0.5],
+        "n_amp": 2,
+        "n_t": 3,
+    },
+    "data.lorenz96_manifold_dataset": lambda: {
+        "key": jr.key(0),
+        "forcings": [8.0],
+        "N": 5,
+        "n_ic": 2,
+        "n_t": 3,
+        "t_burn": 0.5,
+        "t_end": 1.0,
+    },
+}
+
 # Names not exercised here, each with its reason. Constants, exception types, abstract
 # interfaces and NamedTuple results are recognised by `exemption` without a listing.
 _TRAINING = "a training loop or step over a user model and loss (compiles a model per case)"
@@ -1277,6 +1300,11 @@ EXEMPT: dict[str, str] = {
     "nn.LinearAdapter": "a type alias (Callable) of the adapter hook, not an entry point",
     "nn.fit_on_box": _TRAINING + "; tested in tests/nn/test_nn_icnn_modules.py",
     "transformers.ABLResult": "a result type (a FitResult of fit_abl)",
+    "data.debian_files": "lists the files of an installed Debian package through `dpkg -L` "
+    "(system state; its only argument is a package name); the missing-package error is tested "
+    "in tests/data/test_data_common.py",
+    "confseq.ConfidenceRegion": "a result type (the eqx.Module that confidence_region returns; "
+    "its fields are computed, not user input); confidence_region is covered",
     "transformers.FinePruneResult": "a result type (a FitResult of fit_fine_prune)",
 }
 
@@ -1299,13 +1327,6 @@ NO_FACTORY_YET: dict[str, str] = {
     "bridges.sde_proxy_from_anchors": "needs a TreeTopology",
     "bridges.simulate_tree": "needs a TreeTopology",
     "bridges.stratified_leaf_batches": "needs a TreeTopology",
-    "confseq.ConfidenceRegion": "needs a name or option string (`kind`)",
-    "data.debian_files": "needs a name or option string (`package`)",
-    "data.require_module": "needs a name or option string (`name`)",
-    "data.lorenz96_manifold_dataset": "`forcings` has no annotation",
-    "data.pendulum_manifold_dataset": "`kappas` has no annotation",
-    "data.load_skimage_grey": "needs a name or option string (`name`)",
-    "data.BPETokenizer": "needs `texts` as numpy data or text",
     "deconvolution.fit_convmmd": "needs a user model or callable (`prior`)",
     "discrete.gidd_loss": "needs a DiffusionTransformer",
     "discrete.mdlm_loss": "needs a DiffusionTransformer",
