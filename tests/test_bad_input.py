@@ -1248,6 +1248,47 @@ FACTORIES |= {
     },
 }
 
+# --- selectivity: tasks, a manifest, a PDBQT fragment, the surrogate back-end ---
+
+# An amide fragment (C, O acceptor, N donor with its polar H), a methyl carbon and a chlorine.
+_PDBQT = """\
+ATOM      1  C1  LIG A   1       0.000   0.000   0.000  0.00  0.00     0.200 C
+ATOM      2  O1  LIG A   1       1.230   0.000   0.000  0.00  0.00    -0.270 OA
+ATOM      3  N1  LIG A   1      -0.700   1.150   0.000  0.00  0.00    -0.350 N
+ATOM      4  H1  LIG A   1      -0.300   2.050   0.000  0.00  0.00     0.160 HD
+ATOM      5  C2  LIG A   1      -0.800  -1.280   0.000  0.00  0.00     0.030 C
+ATOM      6 CL1  LIG A   1      -0.300  -2.900   0.300  0.00  0.00    -0.080 Cl
+"""
+
+
+def _task_manifest() -> str:
+    """A JSON manifest of one task over dockstring target names (no structure file read)."""
+    import json
+    import os
+    import tempfile
+
+    path = Path(tempfile.gettempdir()) / f"jaxgen_bad_input_tasks_{os.getpid()}.json"
+    path.write_text(json.dumps({"tasks": [{"name": "t", "on": "DRD3", "off": ["DRD2"]}]}))
+    return str(path)
+
+
+FACTORIES |= {
+    "selectivity.TargetSpec": lambda: {
+        "name": "pocket",
+        "receptor_pdbqt": "pocket.pdbqt",
+        "center": (0.0, 1.0, 2.0),
+        "size": (10.0, 10.0, 10.0),
+    },
+    "selectivity.Task": lambda: {"name": "t", "on": "DRD3", "off": ("DRD2",)},
+    "selectivity.load_task_manifest": lambda: {"path": _task_manifest()},
+    "selectivity.parse_pdbqt": lambda: {"text": _PDBQT},
+    "selectivity.evaluate_samples": lambda: {
+        "samples": {"t": _unit_data((4, 2))},
+        "tasks": {"t": _obj("selectivity.Task")("t", "on", ("off",))},
+        "backend": _obj("selectivity.SurrogateBackend")({"on": _bowl, "off": _bowl}),
+    },
+}
+
 # Names not exercised here, each with its reason. Constants, exception types, abstract
 # interfaces and NamedTuple results are recognised by `exemption` without a listing.
 _TRAINING = "a training loop or step over a user model and loss (compiles a model per case)"
@@ -1300,6 +1341,12 @@ EXEMPT: dict[str, str] = {
     "nn.LinearAdapter": "a type alias (Callable) of the adapter hook, not an entry point",
     "nn.fit_on_box": _TRAINING + "; tested in tests/nn/test_nn_icnn_modules.py",
     "transformers.ABLResult": "a result type (a FitResult of fit_abl)",
+    "selectivity.VinaBackend": "needs the docking extra (vina, meeko, gemmi, rdkit), absent here; "
+    "its settings are checked before the imports (tests/selectivity/test_selectivity_backends.py)",
+    "selectivity.PoseScoreBackend": "needs the docking extra (vina), absent here; `mode` is "
+    "checked before the import",
+    "selectivity.DockstringBackend": "needs the dockstring package and the obabel program, absent "
+    "here; its only argument is a cache directory",
     "data.debian_files": "lists the files of an installed Debian package through `dpkg -L` "
     "(system state; its only argument is a package name); the missing-package error is tested "
     "in tests/data/test_data_common.py",
@@ -1354,11 +1401,6 @@ NO_FACTORY_YET: dict[str, str] = {
     "pde.spacetime_loss": "needs a TransitionFlow",
     "pde.fit_spacetime": "needs a TransitionFlow",
     "pde.run_nuts": "needs a user model or callable (`logdensity_fn`)",
-    "selectivity.TargetSpec": "needs a name or option string (`name`)",
-    "selectivity.Task": "needs a name or option string (`name`)",
-    "selectivity.evaluate_samples": "needs a user model or callable (`samples`)",
-    "selectivity.load_task_manifest": "needs a name or option string (`path`)",
-    "selectivity.parse_pdbqt": "needs a name or option string (`text`)",
     "transformers.fit_lm": "`batches` has no annotation",
     "transformers.icl_loss": "needs a user model or callable (`model`)",
     "transformers.sample_task": "needs a user model or callable (`pieces`)",
@@ -1380,9 +1422,6 @@ NO_FACTORY_YET: dict[str, str] = {
     "flows.mean_alignment_loss": "its auto-built arguments are not valid for it",
     "flows.ntm_elbo": "its auto-built arguments are not valid for it",
     "flows.trajectory_score_denoise": "its auto-built arguments are not valid for it",
-    "selectivity.DockstringBackend": "its auto-built arguments are not valid for it",
-    "selectivity.PoseScoreBackend": "its auto-built arguments are not valid for it",
-    "selectivity.VinaBackend": "its auto-built arguments are not valid for it",
 }
 EXEMPT |= {q: f"no factory yet: {why}" for q, why in NO_FACTORY_YET.items()}
 
