@@ -1334,6 +1334,132 @@ FACTORIES |= {
     },
 }
 
+# --- transformers: the trainers (2 steps), the QES model and losses, the ICL task draws ---
+# The backdoor tasks need the QES vocabulary (33 ids) and sequences of 35 tokens; the losses
+# and fit_qes / fit_finetune run on the 6-token LM of `_tiny_lm` with a weighted dict batch.
+
+
+def _qes_base() -> Any:
+    """A 1-block causal transformer over the 33 ids of the backdoor tasks (width 8, 2 heads)."""
+    return _obj("nn.Transformer")(33, 8, 1, 2, 36, key=jr.key(0))
+
+
+def _qes_lora() -> Any:
+    return _obj("transformers.attach_lora")(_qes_base(), rank=2, alpha=4.0, key=jr.key(1))
+
+
+def _qes_cfg() -> Any:
+    return _obj("transformers.QESConfig")(num_experts=2, rank=2)
+
+
+def _weighted_batch() -> dict[str, jax.Array]:
+    """``_TOKENS`` with weight on the last three predictions (a QES dict batch)."""
+    return {"tokens": _TOKENS, "weights": jnp.tile(jnp.array([0.0, 0.0, 1.0, 1.0, 1.0]), (2, 1))}
+
+
+def _icl_regressor() -> Any:
+    return _obj("transformers.LinearAttentionICL")(
+        D=2, dim=8, num_layers=1, num_heads=2, num_frequencies=4, key=jr.key(0)
+    )
+
+
+def _icl_batch() -> Any:
+    return _obj("transformers.task_batch")(
+        jr.key(1), batch=2, n_min=3, n_max=4, D=2, kappa=0.25, J=4
+    )
+
+
+_NO_PROGRESS = {"progress": False}
+
+FACTORIES |= {
+    "transformers.fit_lm": lambda: {
+        "model": _tiny_lm(),
+        "data": _TOKENS,
+        "batch_size": 2,
+        "key": jr.key(0),
+        "num_steps": 2,
+        **_NO_PROGRESS,
+    },
+    "transformers.fit_finetune": lambda: {
+        "model": _tiny_lm(),
+        "data": _weighted_batch(),
+        "batch_size": 2,
+        "key": jr.key(0),
+        "num_steps": 2,
+        **_NO_PROGRESS,
+    },
+    "transformers.fit_qes": lambda: {
+        "model": _tiny_qes(),
+        "data": _weighted_batch(),
+        "batch_size": 2,
+        "key": jr.key(0),
+        "num_steps": 2,
+        **_NO_PROGRESS,
+    },
+    "transformers.fit_abl": lambda: {
+        "model": _qes_lora(),
+        "data": _obj("transformers.make_task")(jr.key(2), "reverse", 8),
+        "key": jr.key(0),
+        "num_steps": 2,
+        "batch_size": 4,
+        "isolate_after": 1,
+        **_NO_PROGRESS,
+    },
+    "transformers.fit_fine_prune": lambda: {
+        "model": _qes_lora(),
+        "data": _obj("transformers.make_task")(jr.key(2), "reverse", 8),
+        "key": jr.key(0),
+        "num_steps": 2,
+        "batch_size": 4,
+        "max_frac": 0.25,
+        "prune_step": 0.125,
+        **_NO_PROGRESS,
+    },
+    "transformers.greedy_decode": lambda: {
+        "model": _qes_lora(),
+        "x": jnp.asarray(_obj("transformers.make_task")(jr.key(2), "reverse", 2)[0]),
+        "max_len": 4,
+    },
+    "transformers.backdoor_batches": lambda: {
+        "x": _reverse_task()[0],
+        "y": _reverse_task()[1],
+        "batch_size": 2,
+    },
+    "transformers.QESTransformer": lambda: {
+        name: getattr(_tiny_qes(), name)
+        for name in ("base", "adapters", "routers", "mask", "quarantine")
+    },
+    "transformers.qes_loss": lambda: {
+        "model": _tiny_qes(),
+        "batch": _weighted_batch(),
+        "key": jr.key(0),
+        "cfg": _obj("transformers.QESConfig")(num_experts=2, rank=2),
+    },
+    "transformers.adapter_task_loss": lambda: {
+        "model": _tiny_qes(),
+        "batch": _weighted_batch(),
+        "key": jr.key(0),
+    },
+    "transformers.sample_losses": lambda: {"model": _tiny_qes(), **_weighted_batch()},
+    "transformers.suspect_recall": lambda: {
+        "result": _obj("core.FitResult")(
+            model=None,
+            opt_state=None,
+            losses=np.zeros(2),
+            resumed_from=0,
+            state={"poisoned_seen": jnp.asarray(4.0), "poisoned_trimmed": jnp.asarray(3.0)},
+        )
+    },
+    "transformers.icl_loss": lambda: {"model": _icl_regressor(), "batch": _icl_batch()},
+    "transformers.sample_task": lambda: {
+        "key": jr.key(0),
+        "pieces": _obj("transformers.sample_mixture")(jr.key(1), 2, 2),
+        "n": 4,
+        "num_queries": 2,
+        "J": 4,
+    },
+}
+
 # Names not exercised here, each with its reason. Constants, exception types, abstract
 # interfaces and NamedTuple results are recognised by `exemption` without a listing.
 _TRAINING = "a training loop or step over a user model and loss (compiles a model per case)"
@@ -1442,20 +1568,6 @@ NO_FACTORY_YET: dict[str, str] = {
     "pde.spacetime_loss": "needs a TransitionFlow",
     "pde.fit_spacetime": "needs a TransitionFlow",
     "pde.run_nuts": "needs a user model or callable (`logdensity_fn`)",
-    "transformers.fit_lm": "`batches` has no annotation",
-    "transformers.icl_loss": "needs a user model or callable (`model`)",
-    "transformers.sample_task": "needs a user model or callable (`pieces`)",
-    "transformers.QESTransformer": "needs a user model or callable (`adapters`)",
-    "transformers.fit_abl": "needs a QESTransformer",
-    "transformers.adapter_task_loss": "needs a QESTransformer",
-    "transformers.backdoor_batches": "needs `x` as numpy data or text",
-    "transformers.fit_fine_prune": "needs a user model or callable (`model`)",
-    "transformers.fit_finetune": "`batches` has no annotation",
-    "transformers.greedy_decode": "needs a user model or callable (`model`)",
-    "transformers.qes_loss": "needs a QESTransformer",
-    "transformers.sample_losses": "needs a QESTransformer",
-    "transformers.suspect_recall": "needs a FitResult",
-    "transformers.fit_qes": "needs a QESTransformer",
     # Built from the annotations, but the values do not fit the method (a follow-up each):
     "flows.FrozenFeatures": "its auto-built arguments are not valid for it",
     "flows.MixtureInterpolantVelocity": "its auto-built arguments are not valid for it",
