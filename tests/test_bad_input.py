@@ -14,11 +14,12 @@ returned about -0.009 for a NaN in ``x``). Integer arrays where floats are expec
 or give the result of the same values as floats (`metrics.mmd_unbiased` truncated its
 bandwidths to the data's integer dtype).
 
-Entry points of `FAST_FAMILIES` (12 of the 18 families) run in the fast suite without the
-`SLOW_ONLY_KINDS`; the others (autoencoders, bridges, deconvolution, flows, nn, transformers:
-their modules and training losses compile per case) are marked slow, where every family runs
-every kind (the whole registry: 359 entry points, about 4.5 CPU-minutes). The examples of
-issue 40 have their own tests at the end of the module.
+Entry points of `FAST_FAMILIES` (13 of the 18 families) run in the fast suite without the
+`SLOW_ONLY_KINDS` (and, for a family of `REDUCED_FAST_TIER`, without its extra kinds, which
+its slow twin `test_bad_inputs_left_out_kinds` runs); the others (autoencoders, bridges,
+deconvolution, flows, nn: their modules and training losses compile per case) and the
+`SLOW_ENTRIES` (trainers that compile a run per call) are marked slow and run every kind.
+The examples of issue 40 have their own tests at the end of the module.
 """
 
 import ast
@@ -1358,14 +1359,24 @@ def _weighted_batch() -> dict[str, jax.Array]:
 
 
 def _icl_regressor() -> Any:
-    return _obj("transformers.LinearAttentionICL")(
-        D=2, dim=8, num_layers=1, num_heads=2, num_frequencies=4, key=jr.key(0)
-    )
+    # Built as the registry builds the `LinearAttentionICL` entry (jitted, same arguments), so
+    # the compiled constructor is reused (eagerly its initialisation costs ~2 CPU-s).
+    cls = _obj("transformers.LinearAttentionICL")
+    return eqx.filter_jit(cls)(**FACTORIES["transformers.LinearAttentionICL"]())
 
 
 def _icl_batch() -> Any:
-    return _obj("transformers.task_batch")(
-        jr.key(1), batch=2, n_min=3, n_max=4, D=2, kappa=0.25, J=4
+    """A padded batch of 2 tasks (4 context slots, 3 real, 1 query) in R^2, written out (an
+    eager `task_batch` draw costs several CPU-seconds)."""
+    x = _unit_data((2, 4, 2))
+    return _obj("transformers.ICLBatch")(
+        x=x,
+        y=jnp.sum(x, axis=-1),
+        mask=jnp.broadcast_to(jnp.arange(4) < 3, (2, 4)),
+        xq=x[:, :1] + 0.05,
+        yq=jnp.sum(x[:, :1], axis=-1) + 0.1,
+        fq=jnp.sum(x[:, :1], axis=-1) + 0.1,
+        n=jnp.asarray(3),
     )
 
 
@@ -1608,9 +1619,44 @@ FAST_FAMILIES = {
     "metrics",
     "pde",
     "selectivity",
+    "transformers",
     "transport",
 }
 MIN_CASES = 500
+
+# Entry points marked slow whatever their family, each with its reason: they compile something
+# expensive per call (a training run, a decoding loop), so even their valid call would weigh on
+# the fast suite. Every kind runs for them in the slow tier.
+SLOW_ENTRIES: dict[str, str] = {
+    "transformers.fit_abl": "two `fit` runs (isolation, unlearning) and a loss pass compile per "
+    "call (about 7 CPU-s); its checks are tested in tests/transformers",
+    "transformers.fit_fine_prune": "greedy decoding of every pruning candidate and a `fit` run "
+    "compile per call (about 5 CPU-s); max_drop is tested in tests/transformers",
+    "transformers.fit_qes": "a `fit` run of the QES adapters compiles per call (about 4 CPU-s)",
+    "transformers.fit_lm": "a `fit` run compiles per call (about 3 CPU-s)",
+    "transformers.fit_finetune": "a `fit` run compiles per call (about 2.5 CPU-s)",
+}
+
+# Families whose fast tier leaves out more kinds than `SLOW_ONLY_KINDS`: family -> the extra
+# kinds. Their entry points compile a network per case, and a scalar case that does not raise
+# at trace time compiles one more (a Python float is static under `eqx.filter_jit`); the kinds
+# kept either reuse the compiled program (array values) or fail at trace time (shapes, dtypes,
+# keys, zero sizes). Every left-out kind runs in `test_bad_inputs_left_out_kinds` (slow).
+REDUCED_FAST_TIER: dict[str, set[str]] = {
+    "transformers": {"nan_scalar", "negative_scalar"},
+}
+
+
+def fast_tier(qualname: str) -> bool:
+    """Whether ``qualname`` runs in the fast suite (with the kinds of `left_out_kinds` left out)."""
+    return qualname.split(".")[0] in FAST_FAMILIES and qualname not in SLOW_ENTRIES
+
+
+def left_out_kinds(qualname: str) -> set[str]:
+    """The kinds the fast tier of ``qualname`` leaves out (none for a slow entry point)."""
+    if not fast_tier(qualname):
+        return set()
+    return SLOW_ONLY_KINDS | REDUCED_FAST_TIER.get(qualname.split(".")[0], set())
 
 
 # --------------------------------------------------------------------------------------------
@@ -1652,14 +1698,8 @@ def valid_call(qualname: str) -> tuple[Callable, dict[str, Any]]:
     return fn, args
 
 
-@pytest.mark.parametrize(
-    "qualname",
-    [
-        q if q.split(".")[0] in FAST_FAMILIES else pytest.param(q, marks=pytest.mark.slow)
-        for q in COVERED
-    ],
-)
-def test_bad_inputs_raise_or_return_finite(qualname):
+def check_entry(qualname: str, kinds: Callable[[str], bool]) -> None:
+    """Run the bad cases of ``qualname`` whose kind ``kinds`` keeps; fail on a silent one."""
     obj = _obj(qualname)
     try:
         fn, args = valid_call(qualname)
@@ -1667,8 +1707,9 @@ def test_bad_inputs_raise_or_return_finite(qualname):
         pytest.fail(f"{qualname}: no valid arguments ({e}); add a factory or an exemption")
     failures = []
     gaps = KNOWN_GAPS.get(qualname, {})
-    fast = qualname.split(".")[0] in FAST_FAMILIES
-    for case in bad_cases(obj, args, fast=fast):
+    for case in bad_cases(obj, args):
+        if not kinds(case.kind):
+            continue
         verdict = run_case(fn, args, case)
         STATS["cases"] += 1
         if verdict in ("raised", "finite", "propagated"):
@@ -1681,6 +1722,26 @@ def test_bad_inputs_raise_or_return_finite(qualname):
     assert not failures, f"{qualname}: " + "; ".join(failures)
 
 
+@pytest.mark.parametrize(
+    "qualname",
+    [q if fast_tier(q) else pytest.param(q, marks=pytest.mark.slow) for q in COVERED],
+)
+def test_bad_inputs_raise_or_return_finite(qualname):
+    left_out = left_out_kinds(qualname)
+    check_entry(qualname, lambda kind: kind not in left_out)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "qualname",
+    [q for q in COVERED if fast_tier(q) and q.split(".")[0] in REDUCED_FAST_TIER],
+)
+def test_bad_inputs_left_out_kinds(qualname):
+    """The slow twin of a reduced fast tier: the kinds it leaves out."""
+    left_out = left_out_kinds(qualname)
+    check_entry(qualname, lambda kind: kind in left_out)
+
+
 def test_zz_case_count(capsys):
     """Print how many entry points and cases ran (and check the minimum when all ran)."""
     with capsys.disabled():
@@ -1688,7 +1749,7 @@ def test_zz_case_count(capsys):
             f"\nbad-input registry: {len(ALL_NAMES)} public names, {len(COVERED)} covered, "
             f"{len(ALL_NAMES) - len(COVERED)} exempt; ran {STATS}"
         )
-    fast_covered = [q for q in COVERED if q.split(".")[0] in FAST_FAMILIES]
+    fast_covered = [q for q in COVERED if fast_tier(q)]
     if STATS["entries"] >= len(fast_covered):  # not when a -k selection ran a few entries
         assert STATS["cases"] >= MIN_CASES
 
