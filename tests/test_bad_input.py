@@ -15,10 +15,11 @@ or give the result of the same values as floats (`metrics.mmd_unbiased` truncate
 bandwidths to the data's integer dtype).
 
 Entry points of `FAST_FAMILIES` (13 of the 18 families) run in the fast suite without the
-`SLOW_ONLY_KINDS` (and, for a family of `REDUCED_FAST_TIER`, without its extra kinds, which
-its slow twin `test_bad_inputs_left_out_kinds` runs); the others (autoencoders, bridges,
-deconvolution, flows, nn: their modules and training losses compile per case) and the
-`SLOW_ENTRIES` (trainers that compile a run per call) are marked slow and run every kind.
+`SLOW_ONLY_KINDS` (and a family of `REDUCED_FAST_TIER` without its extra kinds; for those
+families the slow twin `test_bad_inputs_left_out_kinds` runs every left-out kind); the
+others (autoencoders, bridges, deconvolution, flows, nn: their modules and training losses
+compile per case) and the `SLOW_ENTRIES` (trainers that compile a run per call) are marked
+slow and run every kind.
 The examples of issue 40 have their own tests at the end of the module.
 """
 
@@ -1637,13 +1638,15 @@ SLOW_ENTRIES: dict[str, str] = {
     "transformers.fit_finetune": "a `fit` run compiles per call (about 2.5 CPU-s)",
 }
 
-# Families whose fast tier leaves out more kinds than `SLOW_ONLY_KINDS`: family -> the extra
-# kinds. Their entry points compile a network per case, and a scalar case that does not raise
-# at trace time compiles one more (a Python float is static under `eqx.filter_jit`); the kinds
-# kept either reuse the compiled program (array values) or fail at trace time (shapes, dtypes,
-# keys, zero sizes). Every left-out kind runs in `test_bad_inputs_left_out_kinds` (slow).
+# Fast families whose left-out kinds run in the slow twin `test_bad_inputs_left_out_kinds`:
+# family -> the kinds its fast tier leaves out on top of `SLOW_ONLY_KINDS` (an empty set: those
+# only). transformers' entry points compile a network per case, and a scalar case that does not
+# raise at trace time compiles one more (a Python float is static under `eqx.filter_jit`); its
+# fast tier keeps the kinds that reuse the compiled program (array values) or fail at trace
+# time (shapes, dtypes, keys, zero sizes).
 REDUCED_FAST_TIER: dict[str, set[str]] = {
     "transformers": {"nan_scalar", "negative_scalar"},
+    **{family: set() for family in ("confseq", "data", "discrete", "energy", "selectivity")},
 }
 
 
