@@ -1264,13 +1264,18 @@ ATOM      6 CL1  LIG A   1      -0.300  -2.900   0.300  0.00  0.00    -0.080 Cl
 
 
 def _task_manifest() -> str:
-    """A JSON manifest of one task over dockstring target names (no structure file read)."""
+    """A JSON manifest of one task over dockstring target names (no structure file read).
+
+    One file in the temporary directory, replaced atomically (test workers may write it at once).
+    """
     import json
     import os
     import tempfile
 
-    path = Path(tempfile.gettempdir()) / f"jaxgen_bad_input_tasks_{os.getpid()}.json"
-    path.write_text(json.dumps({"tasks": [{"name": "t", "on": "DRD3", "off": ["DRD2"]}]}))
+    path = Path(tempfile.gettempdir()) / "jaxgen_bad_input_tasks.json"
+    part = path.with_suffix(f".{os.getpid()}.part")
+    part.write_text(json.dumps({"tasks": [{"name": "t", "on": "DRD3", "off": ["DRD2"]}]}))
+    os.replace(part, path)
     return str(path)
 
 
