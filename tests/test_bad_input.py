@@ -14,14 +14,14 @@ returned about -0.009 for a NaN in ``x``). Integer arrays where floats are expec
 or give the result of the same values as floats (`metrics.mmd_unbiased` truncated its
 bandwidths to the data's integer dtype).
 
-Entry points of `FAST_FAMILIES` (12 of the 18 families) run in the fast suite without the
-`SLOW_ONLY_KINDS`. The others (autoencoders, bridges, deconvolution, flows, nn, transformers:
+Entry points of `FAST_FAMILIES` (13 of the 18 families) run in the fast suite without the
+`SLOW_ONLY_KINDS` (and a family of `REDUCED_FAST_TIER` without its extra kinds); their slow twin
+`left_out` runs every left-out kind. The others (autoencoders, bridges, deconvolution, flows, nn:
 their modules and training losses take seconds to compile each) run in the fast suite only the
 `TRACE_KINDS` (a wrong shape, key or size, refused while tracing: through `eqx.filter_eval_shape`,
-nothing compiles; about 50 CPU-s for the six families), and every kind in the slow suite.
-`SLOW_ENTRIES` (a whole solver or training run per case) are slow only. The registry covers
-468 of 637 public names (the other 169 are exempt, each with its reason). The examples of issue
-40 have their own tests at the end of the module.
+nothing compiles), and every kind in the slow suite. `SLOW_ENTRIES` (a whole solver or training
+run per case) are slow only. The examples of issue 40 have their own tests at the end of the
+module.
 """
 
 import ast
@@ -1542,6 +1542,298 @@ PDE_FACTORIES: dict[str, Callable[[], dict[str, Any]]] = {
     },
 }
 FACTORIES |= PDE_FACTORIES
+# --- discrete: the network-level names (a masked process over 4 tokens, V = 5) ---
+
+
+def _diffusion_net() -> Any:
+    """A 1-block bidirectional `DiffusionTransformer` over V = 5 states (width 8, 2 heads)."""
+    return _obj("discrete.DiffusionTransformer")(5, 8, 1, 2, 4, key=jr.key(0))
+
+
+_NOISY = jnp.array([0, 4, 2, 4], jnp.int32)  # a noisy sequence of the masked process (4 = mask)
+
+FACTORIES |= {
+    "discrete.DiffusionTransformer": lambda: {
+        "vocab_size": 5,
+        "dim": 8,
+        "num_layers": 1,
+        "num_heads": 2,
+        "max_len": 4,
+        "key": jr.key(0),
+    },
+    "discrete.model_log_x0": lambda: {
+        "model": _diffusion_net(),
+        "schedule": _masked_schedule(),
+        "z": _NOISY,
+        "t": jnp.asarray(0.5),
+    },
+    # The uniform process: under the masked one the exit rate of an unmasked token is exactly
+    # 0 (log rate -inf, documented), not a failure.
+    "discrete.model_rates": lambda: {
+        "model": _obj("discrete.DiffusionTransformer")(4, 8, 1, 2, 4, key=jr.key(0)),
+        "schedule": _uniform_schedule(),
+        "z": jnp.array([0, 3, 2, 3], jnp.int32),
+        "t": jnp.asarray(0.5),
+    },
+    "discrete.sample": lambda: {
+        "key": jr.key(0),
+        "model": _diffusion_net(),
+        "schedule": _masked_schedule(),
+        "num": 2,
+        "length": 4,
+        "steps": 2,
+    },
+}
+
+# --- data: the dynamics datasets at tiny sizes, the optional-package loaders ---
+
+FACTORIES |= {
+    "data.require_module": lambda: {"name": "numpy"},
+    "data.load_skimage_grey": lambda: {"name": "camera"},
+    "data.BPETokenizer": lambda: {"texts": list(_DOCS), "vocab_size": 260},
+    "data.pendulum_manifold_dataset": lambda: {
+        "key": jr.key(0),
+        "kappas": [0.5],
+        "n_amp": 2,
+        "n_t": 3,
+    },
+    "data.lorenz96_manifold_dataset": lambda: {
+        "key": jr.key(0),
+        "forcings": [8.0],
+        "N": 5,
+        "n_ic": 2,
+        "n_t": 3,
+        "t_burn": 0.5,
+        "t_end": 1.0,
+    },
+}
+
+# --- selectivity: tasks, a manifest, a PDBQT fragment, the surrogate back-end ---
+
+# An amide fragment (C, O acceptor, N donor with its polar H), a methyl carbon and a chlorine.
+_PDBQT = """\
+ATOM      1  C1  LIG A   1       0.000   0.000   0.000  0.00  0.00     0.200 C
+ATOM      2  O1  LIG A   1       1.230   0.000   0.000  0.00  0.00    -0.270 OA
+ATOM      3  N1  LIG A   1      -0.700   1.150   0.000  0.00  0.00    -0.350 N
+ATOM      4  H1  LIG A   1      -0.300   2.050   0.000  0.00  0.00     0.160 HD
+ATOM      5  C2  LIG A   1      -0.800  -1.280   0.000  0.00  0.00     0.030 C
+ATOM      6 CL1  LIG A   1      -0.300  -2.900   0.300  0.00  0.00    -0.080 Cl
+"""
+
+
+def _task_manifest() -> str:
+    """A JSON manifest of one task over dockstring target names (no structure file read).
+
+    One file in the temporary directory, replaced atomically (test workers may write it at once).
+    """
+    import json
+    import os
+    import tempfile
+
+    path = Path(tempfile.gettempdir()) / "jaxgen_bad_input_tasks.json"
+    part = path.with_suffix(f".{os.getpid()}.part")
+    part.write_text(json.dumps({"tasks": [{"name": "t", "on": "DRD3", "off": ["DRD2"]}]}))
+    os.replace(part, path)
+    return str(path)
+
+
+FACTORIES |= {
+    "selectivity.TargetSpec": lambda: {
+        "name": "pocket",
+        "receptor_pdbqt": "pocket.pdbqt",
+        "center": (0.0, 1.0, 2.0),
+        "size": (10.0, 10.0, 10.0),
+    },
+    "selectivity.Task": lambda: {"name": "t", "on": "DRD3", "off": ("DRD2",)},
+    "selectivity.load_task_manifest": lambda: {"path": _task_manifest()},
+    "selectivity.parse_pdbqt": lambda: {"text": _PDBQT},
+    "selectivity.evaluate_samples": lambda: {
+        "samples": {"t": _unit_data((4, 2))},
+        "tasks": {"t": _obj("selectivity.Task")("t", "on", ("off",))},
+        "backend": _obj("selectivity.SurrogateBackend")({"on": _bowl, "off": _bowl}),
+    },
+}
+
+# --- energy: a linear 2-class "model" on 4 x 4 images for the proxies; a 2-step JEM run ---
+
+_PIXEL_WEIGHTS = jnp.linspace(-1.0, 1.0, 32).reshape(2, 16)
+
+
+def _pixel_logits(x: jax.Array) -> jax.Array:
+    return _PIXEL_WEIGHTS @ x
+
+
+def _images_4x4() -> jax.Array:
+    return _unit_data((4, 4, 4)) * 2.0 - 1.0  # in (-0.8, 0.8): images scaled to [-1, 1]
+
+
+FACTORIES |= {
+    "energy.cue_conflict_shape_bias": lambda: {
+        "key": jr.key(0),
+        "predict": _pixel_logits,
+        "images": _images_4x4(),
+        "labels": jnp.array([0, 1, 0, 1]),
+        "low_pass": lambda x: jnp.broadcast_to(jnp.mean(x, axis=(1, 2), keepdims=True), x.shape),
+        "num_pairs": 8,
+    },
+    "energy.saliency_diagnostic_correlation": lambda: {
+        "log_prob": lambda x, y: jax.nn.log_softmax(_pixel_logits(x))[y],
+        "images": _images_4x4().reshape(4, 16),
+        "labels": jnp.array([0, 1, 0, 1]),
+        "diagnostic": jnp.abs(_PIXEL_WEIGHTS),
+    },
+    "energy.distortion_ordering": lambda: {
+        "key": jr.key(0),
+        "features": _pixel_logits,
+        "images": _images_4x4().reshape(4, 16),
+    },
+    "energy.fit_jem": lambda: {
+        "model": _obj("energy.MLPClassifier")(2, 3, width=4, depth=1, key=jr.key(0)),
+        "data": (_unit_data((6, 2)) - 0.5, jnp.array([0, 1, 2, 0, 1, 2])),
+        "config": _obj("energy.JEMConfig")(mix=0.5, num_steps=2),
+        "key": jr.key(1),
+        "num_steps": 2,
+        "batch_size": 3,
+        "buffer_size": 4,
+        "progress": False,
+    },
+}
+
+# --- transformers: the trainers (2 steps), the QES model and losses, the ICL task draws ---
+# The backdoor tasks need the QES vocabulary (33 ids) and sequences of 35 tokens; the losses
+# and fit_qes / fit_finetune run on the 6-token LM of `_tiny_lm` with a weighted dict batch.
+
+
+def _qes_base() -> Any:
+    """A 1-block causal transformer over the 33 ids of the backdoor tasks (width 8, 2 heads)."""
+    return _obj("nn.Transformer")(33, 8, 1, 2, 36, key=jr.key(0))
+
+
+def _qes_lora() -> Any:
+    return _obj("transformers.attach_lora")(_qes_base(), rank=2, alpha=4.0, key=jr.key(1))
+
+
+def _qes_cfg() -> Any:
+    return _obj("transformers.QESConfig")(num_experts=2, rank=2)
+
+
+def _weighted_batch() -> dict[str, jax.Array]:
+    """``_TOKENS`` with weight on the last three predictions (a QES dict batch)."""
+    return {"tokens": _TOKENS, "weights": jnp.tile(jnp.array([0.0, 0.0, 1.0, 1.0, 1.0]), (2, 1))}
+
+
+def _icl_regressor() -> Any:
+    # Built as the registry builds the `LinearAttentionICL` entry (jitted, same arguments), so
+    # the compiled constructor is reused (eagerly its initialisation costs ~2 CPU-s).
+    cls = _obj("transformers.LinearAttentionICL")
+    return eqx.filter_jit(cls)(**FACTORIES["transformers.LinearAttentionICL"]())
+
+
+def _icl_batch() -> Any:
+    """A padded batch of 2 tasks (4 context slots, 3 real, 1 query) in R^2, written out (an
+    eager `task_batch` draw costs several CPU-seconds)."""
+    x = _unit_data((2, 4, 2))
+    return _obj("transformers.ICLBatch")(
+        x=x,
+        y=jnp.sum(x, axis=-1),
+        mask=jnp.broadcast_to(jnp.arange(4) < 3, (2, 4)),
+        xq=x[:, :1] + 0.05,
+        yq=jnp.sum(x[:, :1], axis=-1) + 0.1,
+        fq=jnp.sum(x[:, :1], axis=-1) + 0.1,
+        n=jnp.asarray(3),
+    )
+
+
+_NO_PROGRESS = {"progress": False}
+
+FACTORIES |= {
+    "transformers.fit_lm": lambda: {
+        "model": _tiny_lm(),
+        "data": _TOKENS,
+        "batch_size": 2,
+        "key": jr.key(0),
+        "num_steps": 2,
+        **_NO_PROGRESS,
+    },
+    "transformers.fit_finetune": lambda: {
+        "model": _tiny_lm(),
+        "data": _weighted_batch(),
+        "batch_size": 2,
+        "key": jr.key(0),
+        "num_steps": 2,
+        **_NO_PROGRESS,
+    },
+    "transformers.fit_qes": lambda: {
+        "model": _tiny_qes(),
+        "data": _weighted_batch(),
+        "batch_size": 2,
+        "key": jr.key(0),
+        "num_steps": 2,
+        **_NO_PROGRESS,
+    },
+    "transformers.fit_abl": lambda: {
+        "model": _qes_lora(),
+        "data": _obj("transformers.make_task")(jr.key(2), "reverse", 8),
+        "key": jr.key(0),
+        "num_steps": 2,
+        "batch_size": 4,
+        "isolate_after": 1,
+        **_NO_PROGRESS,
+    },
+    "transformers.fit_fine_prune": lambda: {
+        "model": _qes_lora(),
+        "data": _obj("transformers.make_task")(jr.key(2), "reverse", 8),
+        "key": jr.key(0),
+        "num_steps": 2,
+        "batch_size": 4,
+        "max_frac": 0.25,
+        "prune_step": 0.125,
+        **_NO_PROGRESS,
+    },
+    "transformers.greedy_decode": lambda: {
+        "model": _qes_lora(),
+        "x": jnp.asarray(_obj("transformers.make_task")(jr.key(2), "reverse", 2)[0]),
+        "max_len": 4,
+    },
+    "transformers.backdoor_batches": lambda: {
+        "x": _reverse_task()[0],
+        "y": _reverse_task()[1],
+        "batch_size": 2,
+    },
+    "transformers.QESTransformer": lambda: {
+        name: getattr(_tiny_qes(), name)
+        for name in ("base", "adapters", "routers", "mask", "quarantine")
+    },
+    "transformers.qes_loss": lambda: {
+        "model": _tiny_qes(),
+        "batch": _weighted_batch(),
+        "key": jr.key(0),
+        "cfg": _obj("transformers.QESConfig")(num_experts=2, rank=2),
+    },
+    "transformers.adapter_task_loss": lambda: {
+        "model": _tiny_qes(),
+        "batch": _weighted_batch(),
+        "key": jr.key(0),
+    },
+    "transformers.sample_losses": lambda: {"model": _tiny_qes(), **_weighted_batch()},
+    "transformers.suspect_recall": lambda: {
+        "result": _obj("core.FitResult")(
+            model=None,
+            opt_state=None,
+            losses=np.zeros(2),
+            resumed_from=0,
+            state={"poisoned_seen": jnp.asarray(4.0), "poisoned_trimmed": jnp.asarray(3.0)},
+        )
+    },
+    "transformers.icl_loss": lambda: {"model": _icl_regressor(), "batch": _icl_batch()},
+    "transformers.sample_task": lambda: {
+        "key": jr.key(0),
+        "pieces": _obj("transformers.sample_mixture")(jr.key(1), 2, 2),
+        "n": 4,
+        "num_queries": 2,
+        "J": 4,
+    },
+}
 
 # Names not exercised here, each with its reason. Constants, exception types, abstract
 # interfaces and NamedTuple results are recognised by `exemption` without a listing.
@@ -1596,57 +1888,30 @@ EXEMPT: dict[str, str] = {
     "nn.LinearAdapter": "a type alias (Callable) of the adapter hook, not an entry point",
     "nn.fit_on_box": _TRAINING + "; tested in tests/nn/test_nn_icnn_modules.py",
     "transformers.ABLResult": "a result type (a FitResult of fit_abl)",
+    "selectivity.VinaBackend": "needs the docking extra (vina, meeko, gemmi, rdkit), absent here; "
+    "its settings are checked before the imports (tests/selectivity/test_selectivity_backends.py)",
+    "selectivity.PoseScoreBackend": "needs the docking extra (vina), absent here; `mode` is "
+    "checked before the import",
+    "selectivity.DockstringBackend": "needs the dockstring package and the obabel program, absent "
+    "here; its only argument is a cache directory",
+    "data.debian_files": "lists the files of an installed Debian package through `dpkg -L` "
+    "(system state; its only argument is a package name); the missing-package error is tested "
+    "in tests/data/test_data_common.py",
+    "confseq.ConfidenceRegion": "a result type (the eqx.Module that confidence_region returns; "
+    "its fields are computed, not user input); confidence_region is covered",
     "transformers.FinePruneResult": "a result type (a FitResult of fit_fine_prune)",
 }
 
 # Not covered yet: the annotations do not say how to build valid arguments and no factory has
 # been written (the follow-up list: each entry here should become a `FACTORIES` entry).
 NO_FACTORY_YET: dict[str, str] = {
-    "confseq.ConfidenceRegion": "needs a name or option string (`kind`)",
-    "data.debian_files": "needs a name or option string (`package`)",
-    "data.require_module": "needs a name or option string (`name`)",
-    "data.lorenz96_manifold_dataset": "`forcings` has no annotation",
-    "data.pendulum_manifold_dataset": "`kappas` has no annotation",
-    "data.load_skimage_grey": "needs a name or option string (`name`)",
-    "data.BPETokenizer": "needs `texts` as numpy data or text",
     "deconvolution.fit_convmmd": "needs a user model or callable (`prior`)",
     "discrete.gidd_loss": "needs a DiffusionTransformer",
     "discrete.mdlm_loss": "needs a DiffusionTransformer",
     "discrete.nelbo": "needs a DiffusionTransformer",
     "discrete.neural_ctmc_loss": "needs a DiffusionTransformer",
     "discrete.sedd_loss": "needs a DiffusionTransformer",
-    "discrete.model_log_x0": "needs a DiffusionTransformer",
-    "discrete.model_rates": "needs a DiffusionTransformer",
-    "discrete.sample": "needs a DiffusionTransformer",
-    "energy.fit_jem": "needs a user model or callable (`model`)",
-    "energy.cue_conflict_shape_bias": "needs a user model or callable (`predict`)",
-    "energy.distortion_ordering": "needs a user model or callable (`features`)",
-    "energy.saliency_diagnostic_correlation": "needs a user model or callable (`log_prob`)",
     "flows.splitmeanflow_loss": "needs a user model or callable (`teacher`)",
-    "selectivity.TargetSpec": "needs a name or option string (`name`)",
-    "selectivity.Task": "needs a name or option string (`name`)",
-    "selectivity.evaluate_samples": "needs a user model or callable (`samples`)",
-    "selectivity.load_task_manifest": "needs a name or option string (`path`)",
-    "selectivity.parse_pdbqt": "needs a name or option string (`text`)",
-    "transformers.fit_lm": "`batches` has no annotation",
-    "transformers.icl_loss": "needs a user model or callable (`model`)",
-    "transformers.sample_task": "needs a user model or callable (`pieces`)",
-    "transformers.QESTransformer": "needs a user model or callable (`adapters`)",
-    "transformers.fit_abl": "needs a QESTransformer",
-    "transformers.adapter_task_loss": "needs a QESTransformer",
-    "transformers.backdoor_batches": "needs `x` as numpy data or text",
-    "transformers.fit_fine_prune": "needs a user model or callable (`model`)",
-    "transformers.fit_finetune": "`batches` has no annotation",
-    "transformers.greedy_decode": "needs a user model or callable (`model`)",
-    "transformers.qes_loss": "needs a QESTransformer",
-    "transformers.sample_losses": "needs a QESTransformer",
-    "transformers.suspect_recall": "needs a FitResult",
-    "transformers.fit_qes": "needs a QESTransformer",
-    # Built from the annotations, but the values do not fit the method (a follow-up each):
-    "discrete.DiffusionTransformer": "its auto-built arguments are not valid for it",
-    "selectivity.DockstringBackend": "its auto-built arguments are not valid for it",
-    "selectivity.PoseScoreBackend": "its auto-built arguments are not valid for it",
-    "selectivity.VinaBackend": "its auto-built arguments are not valid for it",
 }
 EXEMPT |= {q: f"no factory yet: {why}" for q, why in NO_FACTORY_YET.items()}
 
@@ -1680,11 +1945,13 @@ FAST_FAMILIES = {
     "metrics",
     "pde",
     "selectivity",
+    "transformers",
     "transport",
 }
 MIN_CASES = 500
 
-# Entry points that compile a whole solver or training run per case: slow tier only.
+# Entry points that compile a whole solver or training run per case: slow tier only, where
+# every kind runs.
 _FIT = "a training run through core.fit, recompiled for each bad case"
 SLOW_ENTRIES: dict[str, str] = {
     "bridges.fit_log_potential": _FIT,
@@ -1692,7 +1959,33 @@ SLOW_ENTRIES: dict[str, str] = {
     "pde.fit_spacetime": _FIT + " (second derivatives of the flow)",
     "pde.integrate_ng": "the natural-gradient ODE solve compiles per case (diffrax, Jacobians)",
     "pde.run_nuts": "blackjax window adaptation and NUTS compile per case",
+    "transformers.fit_abl": "two `fit` runs (isolation, unlearning) and a loss pass compile per "
+    "call (about 7 CPU-s); its checks are tested in tests/transformers",
+    "transformers.fit_fine_prune": "greedy decoding of every pruning candidate and a `fit` run "
+    "compile per call (about 5 CPU-s); max_drop is tested in tests/transformers",
+    "transformers.fit_qes": "a `fit` run of the QES adapters compiles per call (about 4 CPU-s)",
+    "transformers.fit_lm": "a `fit` run compiles per call (about 3 CPU-s)",
+    "transformers.fit_finetune": "a `fit` run compiles per call (about 2.5 CPU-s)",
 }
+
+# Every fast family's left-out kinds run in its slow twin (the `left_out` tier): family -> the
+# kinds its fast tier leaves out on top of `SLOW_ONLY_KINDS`. transformers' entry points compile
+# a network per case, and a scalar case that does not raise at trace time compiles one more (a
+# Python float is static under `eqx.filter_jit`); its fast tier keeps the kinds that reuse the
+# compiled program (array values) or fail at trace time (shapes, dtypes, keys, zero sizes).
+REDUCED_FAST_TIER: dict[str, set[str]] = {"transformers": {"nan_scalar", "negative_scalar"}}
+
+
+def fast_tier(qualname: str) -> bool:
+    """Whether ``qualname`` runs in the fast suite (with the kinds of `left_out_kinds` left out)."""
+    return qualname.split(".")[0] in FAST_FAMILIES and qualname not in SLOW_ENTRIES
+
+
+def left_out_kinds(qualname: str) -> set[str]:
+    """The kinds the fast tier of ``qualname`` leaves out (none for a slow entry point)."""
+    if not fast_tier(qualname):
+        return set()
+    return SLOW_ONLY_KINDS | REDUCED_FAST_TIER.get(qualname.split(".")[0], set())
 
 
 # --------------------------------------------------------------------------------------------
@@ -1736,26 +2029,25 @@ def valid_call(qualname: str) -> tuple[Callable, dict[str, Any]]:
 
 
 def _tiers() -> list[Any]:
-    """``(qualname, tier)`` parameters: ``"fast"`` (unmarked, `FAST_FAMILIES`), ``"trace"``
-    (unmarked, the other families: `TRACE_KINDS` through `eqx.filter_eval_shape`) and ``"all"``
-    (slow: every kind, real calls; `SLOW_ENTRIES` run only there)."""
+    """``(qualname, tier)`` parameters: ``"fast"`` (unmarked; `FAST_FAMILIES` without their
+    left-out kinds) with its slow twin ``"left_out"``; ``"trace"`` (unmarked; the other families,
+    `TRACE_KINDS` through `eqx.filter_eval_shape`) with its slow twin ``"all"`` (every kind, real
+    calls); `SLOW_ENTRIES` run only ``"all"`` (slow)."""
     params = []
     for q in COVERED:
         if q in SLOW_ENTRIES:
             params.append(pytest.param(q, "all", marks=pytest.mark.slow, id=q))
-        elif q.split(".")[0] in FAST_FAMILIES:
+        elif fast_tier(q):
             params.append(pytest.param(q, "fast", id=q))
+            params.append(pytest.param(q, "left_out", marks=pytest.mark.slow, id=f"{q}-left_out"))
         else:
             params.append(pytest.param(q, "trace", id=f"{q}-trace"))
             params.append(pytest.param(q, "all", marks=pytest.mark.slow, id=q))
     return params
 
 
-@pytest.mark.parametrize(("qualname", "tier"), _tiers())
-def test_bad_inputs_raise_or_return_finite(qualname, tier):
-    if tier == "trace":
-        _trace_tier(qualname)
-        return
+def check_entry(qualname: str, kinds: Callable[[str], bool]) -> None:
+    """Run the bad cases of ``qualname`` whose kind ``kinds`` keeps; fail on a silent one."""
     obj = _obj(qualname)
     try:
         fn, args = valid_call(qualname)
@@ -1763,8 +2055,9 @@ def test_bad_inputs_raise_or_return_finite(qualname, tier):
         pytest.fail(f"{qualname}: no valid arguments ({e}); add a factory or an exemption")
     failures = []
     gaps = KNOWN_GAPS.get(qualname, {})
-    fast = qualname.split(".")[0] in FAST_FAMILIES
-    for case in bad_cases(obj, args, fast=fast):
+    for case in bad_cases(obj, args):
+        if not kinds(case.kind):
+            continue
         verdict = run_case(fn, args, case)
         STATS["cases"] += 1
         if verdict in ("raised", "finite", "propagated"):
@@ -1820,6 +2113,19 @@ def _trace_tier(qualname: str) -> None:
     assert not failures, f"{qualname} (traced): " + "; ".join(failures)
 
 
+@pytest.mark.parametrize(("qualname", "tier"), _tiers())
+def test_bad_inputs_raise_or_return_finite(qualname, tier):
+    left_out = left_out_kinds(qualname)
+    if tier == "trace":
+        _trace_tier(qualname)
+    elif tier == "fast":
+        check_entry(qualname, lambda kind: kind not in left_out)
+    elif tier == "left_out":
+        check_entry(qualname, lambda kind: kind in left_out)
+    else:
+        check_entry(qualname, lambda kind: True)
+
+
 def test_zz_case_count(capsys):
     """Print how many entry points and cases ran (and check the minimum when all ran)."""
     with capsys.disabled():
@@ -1827,9 +2133,7 @@ def test_zz_case_count(capsys):
             f"\nbad-input registry: {len(ALL_NAMES)} public names, {len(COVERED)} covered, "
             f"{len(ALL_NAMES) - len(COVERED)} exempt; ran {STATS}"
         )
-    fast_covered = [
-        q for q in COVERED if q.split(".")[0] in FAST_FAMILIES and q not in SLOW_ENTRIES
-    ]
+    fast_covered = [q for q in COVERED if fast_tier(q)]
     if STATS["entries"] >= len(fast_covered):  # not when a -k selection ran a few entries
         assert STATS["cases"] >= MIN_CASES
 

@@ -16,7 +16,7 @@ import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from ..core import solve_ode
-from ..core.checks import check_positive_int
+from ..core.checks import check_nonnegative, check_positive_int
 
 PENDULUM_DOF = 16
 PENDULUM_G = 9.81
@@ -130,8 +130,8 @@ def pendulum_manifold_dataset(
     """
     _check_counts(n_amp=n_amp, n_t=n_t)
     kappas = [float(k) for k in np.atleast_1d(kappas)]
-    if not kappas or any(not k > 0 for k in kappas):
-        raise ValueError(f"`kappas` must be positive, got {kappas}.")
+    if not kappas or any(not 0 < k < np.inf for k in kappas):
+        raise ValueError(f"`kappas` must be finite and > 0, got {kappas}.")
     lengths = pendulum_lengths()
     Xs, Cs, coords = [], [], []
     for i, kappa in enumerate(kappas):
@@ -190,6 +190,11 @@ def lorenz96_manifold_dataset(
     if N < 4:
         raise ValueError(f"`N` must be >= 4 for the k = 2 Hopf mode, got {N}.")
     forcings = [float(F) for F in np.atleast_1d(forcings)]
+    if not forcings or not all(np.isfinite(forcings)):
+        raise ValueError(f"`forcings` must be finite numbers (at least one), got {forcings}.")
+    t_burn = float(check_nonnegative(t_burn, "t_burn"))  # a number: raises now (NaN included)
+    if not (np.isfinite(t_end) and t_end > t_burn):
+        raise ValueError(f"`t_end` must be finite and > `t_burn` = {t_burn}, got {t_end!r}.")
     q_re, q_im = lorenz96_eigenplane(N)
     ts = jnp.linspace(t_burn, t_end, n_t)
     Xs, Cs, coords = [], [], []

@@ -236,7 +236,7 @@ class BPETokenizer:
     def __init__(
         self, texts: list[str], vocab_size: int = 512, special_tokens: tuple[str, ...] = ()
     ):
-        tk = require_module("tokenizers")
+        # The arguments first: a bad one is named even where `tokenizers` is not installed.
         if not isinstance(vocab_size, int) or vocab_size <= 256 + len(special_tokens):
             raise ValueError(
                 f"`vocab_size` must be an int > 256 + len(special_tokens) = "
@@ -244,6 +244,7 @@ class BPETokenizer:
             )
         if not texts:
             raise ValueError("`texts` must be a non-empty list of documents.")
+        tk = require_module("tokenizers")
         tokenizer = tk.Tokenizer(tk.models.BPE())
         tokenizer.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False)
         tokenizer.decoder = tk.decoders.ByteLevel()

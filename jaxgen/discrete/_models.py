@@ -63,12 +63,22 @@ class DiffusionTransformer(AbstractRateModel):
     transformer: Transformer
     exit_head: eqx.nn.Linear
 
-    def __init__(self, *sizes: int, key: PRNGKeyArray, **transformer_options: Any):
+    def __init__(
+        self,
+        vocab_size: int,
+        dim: int,
+        num_layers: int,
+        num_heads: int,
+        max_len: int,
+        *,
+        key: PRNGKeyArray,
+        **transformer_options: Any,
+    ):
         """Build the network.
 
         Args:
-            *sizes: ``vocab_size, dim, num_layers, num_heads, max_len`` as for
-                `jaxgen.nn.Transformer`.
+            vocab_size, dim, num_layers, num_heads, max_len: the sizes of
+                `jaxgen.nn.Transformer` (states ``V``, width, blocks, heads, longest sequence).
             key: PRNG key.
             **transformer_options: any other keyword of `jaxgen.nn.Transformer` (``mixer``,
                 ``mixer_kwargs``, ``positions``, ...), except ``causal`` and
@@ -79,7 +89,15 @@ class DiffusionTransformer(AbstractRateModel):
             raise ValueError(f"DiffusionTransformer fixes {sorted(fixed)}; do not pass them.")
         ktr, _ = jr.split(key)
         self.transformer = Transformer(
-            *sizes, key=ktr, causal=False, time_conditioning=True, **transformer_options
+            vocab_size,
+            dim,
+            num_layers,
+            num_heads,
+            max_len,
+            key=ktr,
+            causal=False,
+            time_conditioning=True,
+            **transformer_options,
         )
         dim = self.transformer.dim
         lin = eqx.nn.Linear(dim, 1, key=key)

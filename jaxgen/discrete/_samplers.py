@@ -247,6 +247,8 @@ def sample(
             raise ValueError(f"`{name}` must be an int >= 1, got {val!r}.")
     if method not in METHODS:
         raise ValueError(f"`method` must be one of {list(METHODS)}, got {method!r}.")
+    if not 0.0 <= t_eps < 0.5:
+        raise ValueError(f"`t_eps` must lie in [0, 0.5), got {t_eps}.")
     return _sample_model(
         model, schedule, key, num, length, jnp.asarray(steps), method, parameterization, t_eps
     )

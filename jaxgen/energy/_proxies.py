@@ -9,6 +9,16 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
+from ..core.checks import (
+    check_finite,
+    check_floating,
+    check_in_interval,
+    check_key,
+    check_labels,
+    check_nonnegative,
+    check_positive_int,
+)
+
 
 def _rank(x: Array) -> Array:
     return jnp.argsort(jnp.argsort(x)).astype(x.dtype)
@@ -30,9 +40,24 @@ def cue_conflict_shape_bias(
     sd 1 px: ``lambda x: jaxgen.data.corrupt(key, x, "blur", 1.0)``); ``B - low(B)`` is the
     high-frequency "texture" of an image of another class. ``predict`` maps a flat image to
     logits. Returns ``n_shape / (n_shape + n_texture)`` over pairs with different labels.
+
+    Raises:
+        ValueError: ``images`` outside ``[-1, 1]`` or NaN, labels outside the ``C`` classes of
+            ``predict``, ``gain`` not finite and >= 0 (value checks: an ``EquinoxRuntimeError``
+            under `jax.jit`), ``num_pairs`` < 1.
     """
-    if images.ndim != 3 or labels.shape != images.shape[:1]:
-        raise ValueError(f"`images` (N, H, W) and `labels` (N,) expected, got {images.shape}.")
+    images = check_floating(images, "images")
+    if images.ndim != 3 or images.shape[0] < 1 or jnp.shape(labels) != images.shape[:1]:
+        raise ValueError(
+            f"`images` (N, H, W) with N >= 1 and `labels` (N,) expected, got {images.shape} and "
+            f"{jnp.shape(labels)}."
+        )
+    num_pairs = check_positive_int(num_pairs, "num_pairs")
+    key = check_key(key)
+    images = check_in_interval(images, "images", -1.0, 1.0)
+    gain = check_nonnegative(gain, "gain")
+    num_classes = jax.eval_shape(predict, images[0].reshape(-1)).shape[-1]
+    labels = check_labels(labels, "labels", num_classes)
     ka, kb = jr.split(key)
     a = jr.randint(ka, (num_pairs,), 0, images.shape[0])
     b = jr.randint(kb, (num_pairs,), 0, images.shape[0])
@@ -56,7 +81,24 @@ def saliency_diagnostic_correlation(
     over images of class y and a class-diagnostic pixel map (e.g. ``|w_y|`` of a logistic fit).
 
     ``log_prob(x, y)`` maps one flat image and a label to ``log p(y | x)``.
+
+    Raises:
+        ValueError: mismatched shapes; non-finite ``images`` or ``diagnostic``, labels outside
+            the ``C`` rows of ``diagnostic`` (value checks: an ``EquinoxRuntimeError`` under
+            `jax.jit`).
     """
+    images, diagnostic = check_floating(images, "images"), check_floating(diagnostic, "diagnostic")
+    if images.ndim != 2 or images.shape[0] < 1 or jnp.shape(labels) != images.shape[:1]:
+        raise ValueError(
+            f"`images` (N, D) with N >= 1 and `labels` (N,) expected, got {images.shape} and "
+            f"{jnp.shape(labels)}."
+        )
+    if diagnostic.ndim != 2 or diagnostic.shape[1] != images.shape[1]:
+        raise ValueError(
+            f"`diagnostic` must have shape (C, {images.shape[1]}), got {diagnostic.shape}."
+        )
+    images, diagnostic = check_finite(images, "images"), check_finite(diagnostic, "diagnostic")
+    labels = check_labels(labels, "labels", diagnostic.shape[0])
     grads = jnp.abs(jax.vmap(jax.grad(log_prob))(images, labels))
     out = []
     for c in range(diagnostic.shape[0]):
@@ -75,9 +117,19 @@ def distortion_ordering(
 ) -> Float[Array, ""]:
     """Fraction of images whose feature distance to a mild distortion (noise sd ``levels[0]``)
     is below that to a strong one (``levels[1]``): a model-only perceptual-ordering proxy.
+
+    Raises:
+        ValueError: ``levels`` not ``0 <= mild < strong`` (finite); ``images`` not ``(N, D)``
+            with ``N >= 1``, or outside ``[-1, 1]`` or NaN (a value check: an
+            ``EquinoxRuntimeError`` under `jax.jit`).
     """
-    if not levels[0] < levels[1]:
-        raise ValueError(f"`levels` must be increasing, got {levels}.")
+    if len(levels) != 2 or not 0 <= levels[0] < levels[1] < float("inf"):
+        raise ValueError(f"`levels` must be noise sds 0 <= mild < strong (finite), got {levels}.")
+    images = check_floating(images, "images")
+    if images.ndim != 2 or images.shape[0] < 1:
+        raise ValueError(f"`images` must have shape (N, D) with N >= 1, got {images.shape}.")
+    key = check_key(key)
+    images = check_in_interval(images, "images", -1.0, 1.0)
     k1, k2 = jr.split(key)
     f = jax.vmap(features)
     base = f(images)

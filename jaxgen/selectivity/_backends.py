@@ -13,6 +13,7 @@ import hashlib
 import importlib
 import importlib.util
 import json
+import math
 import os
 import shutil
 from collections.abc import Callable, Mapping, Sequence
@@ -23,7 +24,7 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
-from ..core.checks import check_finite, check_nonnegative
+from ..core.checks import check_finite, check_nonnegative, check_positive_int
 from ._metrics import summarize
 
 DOCKING_EXTRA = "pip install 'jaxgen[docking]'"
@@ -61,8 +62,10 @@ class TargetSpec:
             raise ValueError(
                 f"`center` and `size` must have 3 entries, got {self.center}, {self.size}."
             )
-        if any(s <= 0 for s in self.size):
-            raise ValueError(f"box `size` must be > 0, got {self.size}.")
+        if not all(math.isfinite(c) for c in self.center):
+            raise ValueError(f"box `center` must be finite, got {self.center}.")
+        if not all(0 < s < math.inf for s in self.size):
+            raise ValueError(f"box `size` must be finite and > 0, got {self.size}.")
 
     def check_files(self) -> None:
         """Raise `StructureDataUnavailableError` if the receptor file is missing."""
@@ -359,12 +362,13 @@ class VinaBackend(_CachedBackend):
     name = "vina"
 
     def __init__(self, exhaustiveness: int = 8, n_poses: int = 1, cache_dir: str | None = None):
+        # The settings first: a bad one raises even where the docking packages are absent.
+        exhaustiveness = check_positive_int(exhaustiveness, "exhaustiveness")
+        n_poses = check_positive_int(n_poses, "n_poses")
         self.vina = _require("vina", "vina")
         self.rdkit = _require("rdkit.Chem.AllChem", "vina")
         _require("gemmi", "vina")  # imported by meeko but not declared by it
         self.meeko = _require("meeko", "vina")
-        if exhaustiveness < 1 or n_poses < 1:
-            raise ValueError("`exhaustiveness` and `n_poses` must be >= 1.")
         self.exhaustiveness, self.n_poses = exhaustiveness, n_poses
         super().__init__(cache_dir)
 

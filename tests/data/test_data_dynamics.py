@@ -105,3 +105,13 @@ def test_manifold_datasets_shapes_and_errors():
         pendulum_manifold_dataset(jr.key(0), [1.0], n_amp=0, n_t=2)
     with pytest.raises(ValueError, match="`N`"):
         lorenz96_manifold_dataset(jr.key(0), [1.0], N=0, n_ic=2, n_t=2)
+    # A NaN start time, a window ending before it and a NaN forcing raise before integrating
+    # (each gave a NaN or an empty-looking dataset).
+    with pytest.raises(ValueError, match="`t_burn` must be finite and >= 0"):
+        lorenz96_manifold_dataset(jr.key(0), [1.0], n_ic=2, n_t=2, t_burn=float("nan"))
+    with pytest.raises(ValueError, match="`t_end` must be finite and > `t_burn`"):
+        lorenz96_manifold_dataset(jr.key(0), [1.0], n_ic=2, n_t=2, t_burn=2.0, t_end=1.0)
+    with pytest.raises(ValueError, match="`forcings` must be finite"):
+        lorenz96_manifold_dataset(jr.key(0), [float("nan")], n_ic=2, n_t=2)
+    with pytest.raises(ValueError, match="`kappas` must be finite and > 0"):
+        pendulum_manifold_dataset(jr.key(0), [float("inf")], n_amp=2, n_t=2)

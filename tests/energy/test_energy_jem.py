@@ -317,3 +317,36 @@ def test_jem_step_eager_jit_vmap_and_traces_once(toy, getkey):
     for _ in range(3):
         model, buffer, loss = step(model, buffer, getkey())
         assert np.isfinite(float(loss))
+
+
+def test_proxies_refuse_bad_input():
+    """NaN images, labels outside the classes and a NaN gain gave plausible proxy values."""
+    w = jnp.linspace(-1.0, 1.0, 32).reshape(2, 16)
+    imgs = jnp.linspace(-0.8, 0.8, 64).reshape(4, 4, 4)
+    labels = jnp.array([0, 1, 0, 1])
+
+    def shape_bias(images=imgs, labels=labels, gain=1.0):
+        return cue_conflict_shape_bias(
+            jr.key(0), lambda x: w @ x, images, labels, low_pass=lambda x: x * 0.5, gain=gain,
+            num_pairs=8,
+        )  # fmt: skip
+
+    assert 0.0 <= float(shape_bias()) <= 1.0
+    with pytest.raises(ValueError, match=r"`images` must lie in \[-1.0, 1.0\]"):
+        shape_bias(images=imgs.at[0, 0, 0].set(jnp.nan))
+    with pytest.raises(ValueError, match=r"`labels` must be integer labels in \[0, 2\)"):
+        shape_bias(labels=labels.at[0].set(2))
+    with pytest.raises(ValueError, match="`gain` must be finite and >= 0"):
+        shape_bias(gain=float("nan"))
+    flat = imgs.reshape(4, 16)
+    log_p = lambda x, c: jax.nn.log_softmax(w @ x)[c]  # noqa: E731
+    with pytest.raises(eqx.EquinoxRuntimeError, match="`diagnostic` must be finite"):
+        eqx.filter_jit(saliency_diagnostic_correlation)(
+            log_p, flat, labels, jnp.abs(w).at[1, 2].set(jnp.inf)
+        )
+    with pytest.raises(ValueError, match=r"`labels` must be integer labels in \[0, 2\)"):
+        saliency_diagnostic_correlation(log_p, flat, labels.at[1].set(-1), jnp.abs(w))
+    with pytest.raises(ValueError, match="`images` must have shape"):
+        distortion_ordering(jr.key(0), lambda x: w @ x, flat[:0])
+    with pytest.raises(ValueError, match="`levels` must be noise sds"):
+        distortion_ordering(jr.key(0), lambda x: w @ x, flat, levels=(float("nan"), 0.4))

@@ -12,6 +12,7 @@ import pytest
 from jaxgen.selectivity import (
     XS_TYPES,
     BackendUnavailableError,
+    PoseScoreBackend,
     SelectToy,
     StructureDataUnavailableError,
     SurrogateBackend,
@@ -108,7 +109,16 @@ def test_backends_fail_clearly(monkeypatch, tmp_path):
     monkeypatch.setattr(builtins, "__import__", no_vina)
     with pytest.raises(BackendUnavailableError, match="'vina'.*jaxgen\\[docking\\]"):
         VinaBackend()
+    # Bad settings are named before the missing package is looked for.
+    with pytest.raises(ValueError, match="`exhaustiveness` must be an int >= 1"):
+        VinaBackend(exhaustiveness=0)
+    with pytest.raises(ValueError, match="`mode` must be"):
+        PoseScoreBackend(mode="dock")
     monkeypatch.setattr(builtins, "__import__", real_import)
+    with pytest.raises(ValueError, match="`size` must be finite and > 0"):
+        TargetSpec("X", "x.pdbqt", (0.0, 0.0, 0.0), (20.0, float("nan"), 20.0))
+    with pytest.raises(ValueError, match="`center` must be finite"):
+        TargetSpec("X", "x.pdbqt", (0.0, float("inf"), 0.0), (20.0, 20.0, 20.0))
     missing = TargetSpec("X", str(tmp_path / "nope.pdbqt"), (0.0, 0.0, 0.0), (20.0, 20.0, 20.0))
     with pytest.raises(StructureDataUnavailableError, match="never downloads"):
         missing.check_files()

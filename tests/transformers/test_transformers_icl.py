@@ -153,6 +153,20 @@ def test_bad_input(task):
         T.sample_task(jr.key(0), T.sample_mixture(jr.key(0), 3, 1), 5, sigma=-1.0)
     with pytest.raises(Exception, match="all False"):
         T.nadaraya_watson(task.x, task.y, task.xq[0], 0.3, mask=jnp.zeros(120, bool))
+    # Each of these gave a plausible task: NaN labels, no features (a zero function), one piece
+    # whatever n, no query.
+    with pytest.raises(ValueError, match="`sigma` must be finite and >= 0"):
+        T.sample_task(jr.key(0), T.sample_mixture(jr.key(0), 3, 1), 5, sigma=float("nan"))
+    with pytest.raises(ValueError, match="`J` must be an int >= 1"):
+        T.prior_features(jnp.array([0.3]), beta=1.5, J=0)
+    with pytest.raises(ValueError, match="`beta` must be finite and > 0"):
+        T.prior_features(jnp.array([0.3]), beta=-1.0, J=4)
+    with pytest.raises(ValueError, match="`amplitude` must be > 0"):
+        T.prior_kernel(jnp.array([0.3]), jnp.array([0.1]), beta=1.5, J=4, amplitude=-1.0)
+    with pytest.raises(ValueError, match="`c_K` must be > 0"):
+        T.num_pieces(16, 0.5, -1.0)
+    with pytest.raises(ValueError, match="`num_queries` must be an int >= 1"):
+        T.task_batch(jr.key(0), batch=2, n_min=3, n_max=4, D=2, kappa=0.25, J=4, num_queries=0)
 
 
 @pytest.mark.slow

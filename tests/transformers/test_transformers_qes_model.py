@@ -249,6 +249,20 @@ def test_bad_input(setup, getkey):
     with pytest.raises(TypeError, match="mixer"):
         attach_qes(Transformer(V.size, 8, 1, 2, 40, mixer="moe", key=getkey()), CFG, key=getkey())
     assert isinstance(qes, QESTransformer)
+    # A hand-built model must agree with its experts (a quarantine index of -1 or a mask of
+    # the wrong length was stored silently).
+    fields = {f: getattr(qes, f) for f in ("base", "adapters", "routers", "mask")}
+    with pytest.raises(ValueError, match=r"`quarantine` must be an expert index in \[0, 3\)"):
+        QESTransformer(**fields, quarantine=-1)
+    with pytest.raises(ValueError, match="`mask` has 2 experts but adapter"):
+        QESTransformer(**{**fields, "mask": qes.mask[:2]}, quarantine=0)
+    # Per-sample losses: the weights must cover the B x (L-1) predictions (B-1 rows passed).
+    with pytest.raises(ValueError, match="`weights` must have shape"):
+        sample_losses(qes, batch["tokens"], batch["weights"][:-1])
+    # Fine-pruning's accuracy budget: a NaN compared False and pruned to max_frac.
+    x, y = make_task(getkey(), "reverse", 4)
+    with pytest.raises(ValueError, match=r"`max_drop` must lie in \[0.0, 1.0\]"):
+        fit_fine_prune(base, (x, y), key=getkey(), num_steps=1, max_drop=float("nan"))
 
 
 def test_adapter_task_loss_signs_isolated_samples(setup):

@@ -25,6 +25,8 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
+from ...core.checks import check_nonnegative, check_positive, check_positive_int
+
 #: Intrinsic dimension and number of ambient coordinates of each shipped piece kind.
 KINDS = {"circle": (1, 2), "sphere": (2, 3), "torus": (2, 4)}
 
@@ -176,6 +178,8 @@ def _embed(kind: str, t: Float[Array, " d"]) -> tuple[Float[Array, " m"], Float[
 
 
 def _series_coefficients(beta: float, J: int, dtype: jnp.dtype) -> Float[Array, " J"]:
+    J = check_positive_int(J, "J")  # J <= 0 gave no features: a zero function, silently
+    beta = check_positive(beta, "beta")  # the smoothness: beta <= 0 is no Sobolev prior
     j = jnp.arange(1, J + 1, dtype=dtype)
     return j ** (-(2.0 * beta + 1.0))
 
@@ -215,6 +219,7 @@ def prior_kernel(
     Sample paths behave like Hölder-beta functions down to the scale 2 pi / J.
     """
     _positive("beta", beta)
+    _positive("amplitude", amplitude)  # as in `prior_features` (A and -A gave the same kernel)
     if t.shape != t2.shape or t.ndim != 1:
         raise ValueError(f"`t` and `t2` must both have shape (d,), got {t.shape} and {t2.shape}.")
     c = _series_coefficients(beta, J, t.dtype)
@@ -255,8 +260,7 @@ def sample_task(
     if not isinstance(num_queries, int) or num_queries < 1:
         raise ValueError(f"`num_queries` must be an int >= 1, got {num_queries!r}.")
     _positive("beta", beta)
-    if sigma < 0:
-        raise ValueError(f"`sigma` must be >= 0, got {sigma!r}.")
+    sigma = check_nonnegative(sigma, "sigma")  # a NaN sigma made NaN labels
     K, d = len(pieces), ds.pop()
     D = pieces[0].centre.shape[0]
     for p in pieces:
@@ -305,6 +309,10 @@ def _embed_fn(kind: str):
 
 def num_pieces(n: int, kappa: float, c_K: float = 1.0) -> int:
     """``K_n = ceil(c_K n^kappa)``."""
+    n = check_positive_int(n, "n")
+    _positive("c_K", c_K)  # c_K <= 0 (or NaN) gave one piece whatever n
+    if not 0 <= kappa < 1:
+        raise ValueError(f"`kappa` must lie in [0, 1), got {kappa!r}.")
     return max(1, math.ceil(c_K * n**kappa - 1e-9))
 
 
@@ -338,6 +346,7 @@ def task_batch(
         raise ValueError(f"`batch` must be an int >= 1, got {batch!r}.")
     if not 0 <= kappa < 1:
         raise ValueError(f"`kappa` must lie in [0, 1), got {kappa!r}.")
+    num_queries = check_positive_int(num_queries, "num_queries")  # 0 gave no query, silently
     k_max = num_pieces(n_max, kappa, c_K)
     k_n, k_tasks = jr.split(key)
     n = jr.randint(k_n, (), n_min, n_max + 1)

@@ -52,6 +52,34 @@ class QESTransformer(AbstractCausalLM):
     mask: Float[Array, " E"]
     quarantine: int = eqx.field(static=True)
 
+    def __check_init__(self) -> None:
+        # Built by `attach_qes` / `attach_lora`; a hand-built one must agree with its experts.
+        if jnp.ndim(self.mask) != 1 or jnp.shape(self.mask)[0] < 1:
+            raise ValueError(
+                f"`mask` must have shape (E,) with E >= 1, got {jnp.shape(self.mask)}."
+            )
+        E = jnp.shape(self.mask)[0]
+        if len(self.adapters) != len(self.base.blocks):
+            raise ValueError(
+                f"`adapters` must hold one dict per block ({len(self.base.blocks)}), got "
+                f"{len(self.adapters)}."
+            )
+        for block in self.adapters:
+            for name, layer in block.items():
+                if layer.A.shape[0] != E:
+                    raise ValueError(
+                        f"`mask` has {E} experts but adapter {name!r} has {layer.A.shape[0]}."
+                    )
+        if self.routers is not None and (
+            len(self.routers) != len(self.base.blocks)
+            or any(r.W.shape[0] != E for r in self.routers)
+        ):
+            raise ValueError(f"`routers` must hold one TokenRouter over {E} experts per block.")
+        if isinstance(self.quarantine, bool) or not 0 <= self.quarantine < E:
+            raise ValueError(
+                f"`quarantine` must be an expert index in [0, {E}), got {self.quarantine!r}."
+            )
+
     @property
     def num_experts(self) -> int:
         """Number of experts ``E``."""

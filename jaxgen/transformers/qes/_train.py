@@ -22,7 +22,7 @@ import optax
 from jaxtyping import Array, Float, PRNGKeyArray, PyTree
 
 from ...core import FitOptions, FitResult, as_batches, check_fit_options, fit, minibatches
-from ...core.checks import check_module
+from ...core.checks import check_in_interval, check_module
 from ...nn import AbstractCausalLM, SwiGLUMixer, Transformer, adapted_linear
 from .._lm import lm_loss, lm_optimizer
 from ._data import VOCAB
@@ -65,7 +65,19 @@ def _unpack(batch: dict[str, Array]) -> tuple[Array, Array, Array]:
 def sample_losses(
     model: QESTransformer, tokens: Array, weights: Array, keep: Array | None = None
 ) -> tuple[Float[Array, " B"], Float[Array, "B layers L E"]]:
-    """Per-sample mean token cross-entropy on the weighted targets, and the router gates."""
+    """Per-sample mean token cross-entropy on the weighted targets, and the router gates.
+
+    ``tokens`` (B, L) ids, ``weights`` (B, L-1) on the predictions of ``tokens[:, 1:]``, ``keep``
+    (B,) the trimming weights (default 1).
+    """
+    tokens, weights = jnp.asarray(tokens), jnp.asarray(weights)
+    if tokens.ndim != 2 or tokens.shape[1] < 2:
+        raise ValueError(f"`tokens` must have shape (B, L) with L >= 2, got {tokens.shape}.")
+    B, L = tokens.shape
+    if weights.shape != (B, L - 1):
+        raise ValueError(f"`weights` must have shape {(B, L - 1)}, got {weights.shape}.")
+    if keep is not None and jnp.shape(keep) != (B,):
+        raise ValueError(f"`keep` must have shape {(B,)}, got {jnp.shape(keep)}.")
     keep = jnp.ones(tokens.shape[:1], weights.dtype) if keep is None else keep
     logits, gates = jax.vmap(model.forward)(tokens[:, :-1], keep)
     logp = jax.nn.log_softmax(logits, axis=-1)
@@ -513,6 +525,8 @@ def fit_fine_prune(
         raise TypeError("fit_fine_prune needs a SwiGLU mixer in the last block.")
     if not 0 < max_frac <= 1 or not 0 < prune_step <= max_frac:
         raise ValueError(f"need 0 < prune_step <= max_frac <= 1, got {prune_step}, {max_frac}.")
+    # An accuracy drop: a NaN compared False and pruned up to max_frac whatever the accuracy.
+    max_drop = float(check_in_interval(max_drop, "max_drop", 0.0, 1.0))
     probe = qes if qes is not None else attach_lora(base, rank=1, alpha=1.0, key=key)
     tokens, _ = lm_tokens(clean_x, np.full_like(clean_y, VOCAB.pad))
     order = jnp.argsort(_mean_abs_hidden(probe, tokens[:, :PROMPT_LEN]))
