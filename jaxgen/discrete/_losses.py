@@ -6,6 +6,9 @@ with low-discrepancy times ``t_b = eps + (1 - 2 eps)((b + u)/B mod 1)`` (fresh `
 is an upper bound on ``-log p_theta(x) / L`` in nats (``q_1`` equals the prior for all three
 families, so there is no prior term).
 
+Every loss reads ``(model, x, key, *, schedule, options)``, so
+``functools.partial(mdlm_loss, schedule=schedule)`` is a loss for `jaxgen.core.fit`.
+
 References:
     Neural CTMC: Li et al., arXiv 2604.15694; MDLM: Sahoo et al., arXiv 2406.07524;
     GIDD: von Ruette et al., arXiv 2503.04482; SEDD: Lou et al., arXiv 2310.16834.
@@ -106,9 +109,10 @@ def _batch_loss(integrand: Integrand, model, schedule, x, key, t_eps):
 
 def neural_ctmc_loss(
     model: AbstractRateModel,
-    schedule: AbstractSchedule,
     x: Int[Array, "B L"],
     key: PRNGKeyArray,
+    *,
+    schedule: AbstractSchedule,
     t_eps: float = T_EPS,
     parameterization: str = "ctmc",
 ) -> Float[Array, ""]:
@@ -122,7 +126,10 @@ def neural_ctmc_loss(
     Args:
         model: an `AbstractRateModel` (e.g. `DiffusionTransformer`) with ``vocab_size ==
             schedule.vocab_size``.
-        schedule: uniform, masked or GIDD. x: clean ids ``int[B, L]`` in ``[0, N)``. key: PRNG key.
+        x: clean ids ``int[B, L]`` in ``[0, N)``. key: PRNG key.
+        schedule: uniform, masked or GIDD (keyword-only, so that
+            ``functools.partial(neural_ctmc_loss, schedule=schedule)`` plugs into
+            `jaxgen.core.fit`).
         t_eps: times are drawn in ``[t_eps, 1 - t_eps]``.
         parameterization: how the two heads are read as rates (`model_rates`): ``"ctmc"`` (the
             paper's exit-rate and jump heads), ``"x0"`` or ``"score"`` (the same path KL for an
@@ -137,9 +144,10 @@ def neural_ctmc_loss(
 
 def gidd_loss(
     model: AbstractRateModel,
-    schedule: AbstractSchedule,
     x: Int[Array, "B L"],
     key: PRNGKeyArray,
+    *,
+    schedule: AbstractSchedule,
     t_eps: float = T_EPS,
     weighting: str = "elbo",
 ) -> Float[Array, ""]:
@@ -156,16 +164,17 @@ def gidd_loss(
 def _single_objective(
     integrand: Integrand, name: str, summary: str, requires: tuple[str, str] | None = None
 ) -> Callable[..., Array]:
-    """A batch loss ``(model, schedule, x, key, t_eps=T_EPS) -> scalar`` for one integrand.
+    """A batch loss ``(model, x, key, *, schedule, t_eps=T_EPS) -> scalar`` for one integrand.
 
     ``requires = (method, kind)``: the loss is defined for schedules of that kind only.
     """
 
     def loss(
         model: AbstractRateModel,
-        schedule: AbstractSchedule,
         x: Int[Array, "B L"],
         key: PRNGKeyArray,
+        *,
+        schedule: AbstractSchedule,
         t_eps: float = T_EPS,
     ) -> Float[Array, ""]:
         x = _check(model, schedule, x, 2)
@@ -179,7 +188,9 @@ def _single_objective(
     Args:
         model: an `AbstractRateModel` (e.g. `DiffusionTransformer`) with ``vocab_size ==
             schedule.vocab_size``.
-        schedule: the forward process. x: clean ids ``int[B, L]``. key: PRNG key.
+        x: clean ids ``int[B, L]``. key: PRNG key.
+        schedule: the forward process (keyword-only: ``functools.partial(loss,
+            schedule=schedule)`` plugs into `jaxgen.core.fit`).
         t_eps: times are drawn in ``[t_eps, 1 - t_eps]``.
 
     Returns:
@@ -203,9 +214,10 @@ sedd_loss = _single_objective(
 
 def nelbo(
     model: AbstractRateModel,
-    schedule: AbstractSchedule,
     x: Int[Array, " L"],
     key: PRNGKeyArray,
+    *,
+    schedule: AbstractSchedule,
     parameterization: str = "ctmc",
     num_times: int = 64,
     num_noise: int = 1,
