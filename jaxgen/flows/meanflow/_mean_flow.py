@@ -39,7 +39,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
-from ...core.checks import check_floating
+from ...core.checks import check_floating, check_module
 from ...nn import sinusoidal_embedding
 from .._velocity import AbstractVelocityField
 
@@ -437,10 +437,10 @@ def _check_full_ratio(full_interval_ratio: Any) -> None:
 
 def splitmeanflow_loss(
     student: AbstractAverageVelocity,
-    teacher: AbstractVelocityField | None,
     batch: tuple[Array, Any],
     key: PRNGKeyArray,
     *,
+    teacher: AbstractVelocityField | None = None,
     flow_ratio: float = 0.5,
     time_sampler: str = "logit_normal",
     cfg_scale: float = 0.0,
@@ -470,11 +470,13 @@ def splitmeanflow_loss(
 
     Args:
         student: the average velocity $u_\theta$ being trained.
-        teacher: the frozen velocity $v_\phi$, called ``teacher(t, z, c)`` in the same
-            convention (t = 1 noise; wrap library-convention fields in `NoiseAtOneVelocity`).
-            ``None`` only with ``flow_ratio = 0`` (pure ISC, e.g. in tests).
         batch: ``(x, c)``: data ``(B, ...)`` and conditions with leading axis ``B`` (or None).
         key: PRNG key of the noise, the times and the split points.
+        teacher: the frozen velocity $v_\phi$, called ``teacher(t, z, c)`` in the same
+            convention (t = 1 noise; wrap library-convention fields in `NoiseAtOneVelocity`).
+            ``None`` only with ``flow_ratio = 0`` (pure ISC, e.g. in tests). Keyword-only, so
+            that ``functools.partial(splitmeanflow_loss, teacher=teacher)`` is a loss for
+            `jaxgen.core.fit`.
         flow_ratio: fraction $p \in [0, 1]$ of boundary samples (default 0.5; too small collapses).
         time_sampler: ``"logit_normal"`` (paper) or ``"uniform"``.
         cfg_scale: guidance scale $w \ge 0$ baked into the teacher target.
@@ -497,6 +499,11 @@ def splitmeanflow_loss(
     References:
         Guo et al., arXiv 2507.16884 (Algorithm 1); Zhu et al., arXiv 2605.09328.
     """
+    check_module(student, AbstractAverageVelocity, "student")
+    if teacher is not None:
+        check_module(teacher, AbstractVelocityField, "teacher")
+    if target_model is not None:
+        check_module(target_model, AbstractAverageVelocity, "target_model")
     x, cond = _check_batch(batch)
     _check_common(flow_ratio, time_sampler)
     _check_full_ratio(full_interval_ratio)
