@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
+from ..core.checks import check_in_interval, check_positive_int, check_rank
 from ._ctmc import (
     _check_schedule,
     _path_kl,
@@ -36,13 +37,16 @@ from ._schedules import AbstractSchedule, check_tokens
 T_EPS = 1e-3  # times are kept in [eps, 1 - eps] (rates blow up at the ends)
 
 
-def _check(model: AbstractRateModel, schedule: AbstractSchedule, x: Array, ndim: int) -> Array:
+def _check(
+    model: AbstractRateModel, schedule: AbstractSchedule, x: Array, ndim: int, t_eps: float
+) -> Array:
     _check_schedule(schedule)
     check_rate_model(model, schedule)
-    x = jnp.asarray(x)
-    if x.ndim != ndim:
-        shape = "(B, L)" if ndim == 2 else "(L,)"
-        raise ValueError(f"`x` must have shape {shape}, got {x.shape}.")
+    check_in_interval(t_eps, "t_eps", 0.0, 0.5, closed=(True, False))
+    shape = "(B, L)" if ndim == 2 else "(L,)"
+    x = check_rank(x, ndim, "x", layout=shape)
+    if x.size == 0:  # an empty mean is NaN
+        raise ValueError(f"`x` must have shape {shape} with no empty axis, got {x.shape}.")
     return check_tokens(x, schedule.num_tokens, "x")
 
 
@@ -138,7 +142,7 @@ def neural_ctmc_loss(
     Returns:
         scalar loss (nats per token).
     """
-    x = _check(model, schedule, x, 2)
+    x = _check(model, schedule, x, 2, t_eps)
     return _batch_loss(_path_integrand_checked(parameterization), model, schedule, x, key, t_eps)
 
 
@@ -155,7 +159,7 @@ def gidd_loss(
 
     With the uniform schedule this is the uniform x_hat baseline (UDLM-like).
     """
-    x = _check(model, schedule, x, 2)
+    x = _check(model, schedule, x, 2, t_eps)
     if weighting not in ("elbo", "clip", "dynamic"):
         raise ValueError(f"`weighting` must be 'elbo', 'clip' or 'dynamic', got {weighting!r}.")
     return _batch_loss(_gidd_integrand(weighting), model, schedule, x, key, t_eps)
@@ -177,7 +181,7 @@ def _single_objective(
         schedule: AbstractSchedule,
         t_eps: float = T_EPS,
     ) -> Float[Array, ""]:
-        x = _check(model, schedule, x, 2)
+        x = _check(model, schedule, x, 2, t_eps)
         if requires is not None:
             _require_kind(schedule, *requires)
         return _batch_loss(integrand, model, schedule, x, key, t_eps)
@@ -231,11 +235,10 @@ def nelbo(
     for nats per token. Times outside ``[t_eps, 1 - t_eps]`` are dropped (the bound then misses
     those end intervals, ``O(t_eps)``).
     """
-    x = _check(model, schedule, x, 1)
+    x = _check(model, schedule, x, 1, t_eps)
     integrand = _path_integrand_checked(parameterization)
-    for name, val in (("num_times", num_times), ("num_noise", num_noise)):
-        if not isinstance(val, int) or val < 1:
-            raise ValueError(f"`{name}` must be an int >= 1, got {val!r}.")
+    num_times = check_positive_int(num_times, "num_times")
+    num_noise = check_positive_int(num_noise, "num_noise")
     kt, kz = jr.split(key)
     t = jnp.repeat(stratified_times(kt, num_times, t_eps), num_noise)
     z = jax.vmap(lambda k, ti: schedule.sample(k, x, ti))(jr.split(kz, t.shape[0]), t)
