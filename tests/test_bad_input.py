@@ -682,7 +682,7 @@ FACTORIES: dict[str, Callable[[], dict[str, Any]]] = {
         "x": jnp.linspace(-1.0, 1.0, 32).reshape(4, 2, 4),
         "positions": jnp.arange(4.0),
     },
-    "nn.make_mixer": lambda: {"name": "mlp", "dim": 4, "key": jr.key(0)},
+    "nn.make_mixer": lambda: {"mixer": "mlp", "dim": 4, "key": jr.key(0)},
     "nn.TransformerBlock": lambda: {
         "dim": 8,
         "num_heads": 2,
