@@ -1,23 +1,24 @@
 """Every public entry point refuses bad input loudly (the rule of `jaxgen.core.checks`).
 
-The registry is read from each family's ``__init__.py`` (its ``X as X`` re-exports), so a new
-public name is covered here or must be listed in `EXEMPT` with a reason. For each covered entry
-point, valid arguments come from its annotations (jaxtyping shapes and dtypes, tiny sizes) or
-from a hand-written factory in `FACTORIES`; then one argument at a time is replaced by a bad
-one: NaN or inf in a float array, a wrong rank, an integer array where floats are expected, an
-empty array, mismatched leading sizes, a zero or negative size or scale, a level outside [0, 1],
-an int for a PRNG key. Each case must raise a clear error (``ValueError``, ``TypeError``,
-jaxtyping's ``TypeCheckError`` or ``EquinoxRuntimeError``) or return a result whose arrays are
-all finite. For a NaN/inf input a NaN/inf output is accepted (IEEE propagation is visible) and
-counted as "propagated"; a finite output is the silent failure (`metrics.energy_distance`
-returned about -0.009 for a NaN in ``x``). Integer arrays where floats are expected must raise
-or give the result of the same values as floats (`metrics.mmd_unbiased` truncated its
-bandwidths to the data's integer dtype).
+The registry is read from each family's ``__init__.py`` (its ``X as X`` re-exports), so a new public
+name is covered here or must be listed in `EXEMPT` with a reason. For each covered entry point,
+valid arguments come from its annotations (jaxtyping shapes and dtypes, tiny sizes) or from a
+hand-written factory in `FACTORIES`; then one argument at a time is replaced by a bad one: NaN or
+inf in a float array, a wrong rank, an integer array where floats are expected, an empty array,
+mismatched leading sizes, a zero or negative size or scale, a level outside [0, 1], an int for a
+PRNG key. The arrays inside a plain tuple argument (a batch ``(x, scales)``) are perturbed one entry
+at a time, the others kept. Each case must raise a clear error (``ValueError``, ``TypeError``,
+jaxtyping's ``TypeCheckError`` or ``EquinoxRuntimeError``) or return a result whose arrays are all
+finite. For a NaN/inf input a NaN/inf output is accepted (IEEE propagation is visible) and counted
+as "propagated"; a finite output is the silent failure (`metrics.energy_distance` returned about
+-0.009 for a NaN in ``x``). Integer arrays where floats are expected must raise or give the result
+of the same values as floats (`metrics.mmd_unbiased` truncated its bandwidths to the data's integer
+dtype).
 
 Entry points of `FAST_FAMILIES` (12 of the 18 families) run in the fast suite without the
 `SLOW_ONLY_KINDS`; the others (autoencoders, bridges, deconvolution, flows, nn, transformers:
 their modules and training losses compile per case) are marked slow, where every family runs
-every kind (the whole registry: 359 entry points, about 4.5 CPU-minutes). The examples of
+every kind (the whole registry: 438 entry points, several CPU-minutes). The examples of
 issue 40 have their own tests at the end of the module.
 """
 
@@ -957,8 +958,7 @@ FACTORIES: dict[str, Callable[[], dict[str, Any]]] = {
     },
     "deconvolution.convmmd_loss_gmm_closed": lambda: {
         "gmm": _obj("deconvolution.GaussianMixture")(**_gmm_args()),
-        "x": _unit_data((5, 2)),
-        "scales": _unit_data((5, 2)),
+        "batch": (_unit_data((5, 2)), _unit_data((5, 2))),
         "bandwidths": jnp.array([0.5, 1.0]),
     },
     "deconvolution.deconv_kde": lambda: {
@@ -1161,16 +1161,14 @@ FACTORIES: dict[str, Callable[[], dict[str, Any]]] = {
     },
     "deconvolution.convmmd_loss": lambda: {
         "prior": _obj("deconvolution.GaussianMixture")(**_gmm_args()),
-        "x": _unit_data((5, 2)),
-        "scales": _unit_data((5, 2)),
+        "batch": (_unit_data((5, 2)), _unit_data((5, 2))),
         "key": jr.key(0),
         "noise": _obj("deconvolution.NoiseModel")("gaussian"),
         "bandwidths": jnp.array([0.5, 1.0]),
     },
     "deconvolution.convmmd_loss_gmm_marginal": lambda: {
         "gmm": _obj("deconvolution.GaussianMixture")(**_gmm_args()),
-        "x": _unit_data((5, 2)),
-        "scales": _unit_data((5, 2)),
+        "batch": (_unit_data((5, 2)), _unit_data((5, 2))),
         "noise": _obj("deconvolution.NoiseModel")("gaussian"),
         "bandwidths": jnp.array([0.5, 1.0]),
         "key": jr.key(0),
