@@ -37,7 +37,12 @@ TRAINER_EXEMPT = {
     "core.train_step": "one compiled optimiser step of `fit` (for assert_max_traces), no loop",
     "dictionary.fit_padl": (
         "alternating proximal minimisation (FISTA codes + closed-form dictionary steps, MDL "
-        "hyper-parameters), not gradient steps: no optimiser, batches or fit options to forward"
+        "hyper-parameters), not gradient steps, so not built on `fit`: data X first (no "
+        "model), no optimizer, outer iterations counted by max_steps (no num_steps). It "
+        "follows the rest: key keyword-only, returns PADLResult(FitResult) (model = the "
+        "dictionary, losses = the objective per outer iteration), takes **fit_options with "
+        "callback/checkpoint/progress as in `fit` (exact resume) and rejects steps_per_call, "
+        "mesh, shard_params, on_nonfinite"
     ),
 }
 
@@ -153,6 +158,37 @@ def test_trainer_signature(qualname):
     assert var_kw and var_kw[0].name == "fit_options", f"{qualname} does not forward fit options"
     assert hints["fit_options"] == typing.Unpack[FitOptions], hints["fit_options"]
     assert not set(FIT_OPTIONS) & set(sig.parameters), qualname
+
+
+@pytest.mark.parametrize(
+    "qualname", sorted(n for n in TRAINER_EXEMPT if n.split(".")[1].startswith("fit_"))
+)
+def test_exempt_trainers_keep_the_rest(qualname):
+    """An exempt ``fit_<method>`` still returns a FitResult subclass, takes ``key`` keyword-only
+    and forwards ``**fit_options: Unpack[FitOptions]`` (none of them re-declared)."""
+    fn = FUNCTIONS[qualname]
+    sig = inspect.signature(fn)
+    hints = typing.get_type_hints(fn)
+    assert _is_fit_result(hints.get("return")), f"{qualname} returns {hints.get('return')}"
+    assert sig.parameters["key"].kind == inspect.Parameter.KEYWORD_ONLY, qualname
+    var_kw = [p for p in sig.parameters.values() if p.kind == inspect.Parameter.VAR_KEYWORD]
+    assert var_kw and var_kw[0].name == "fit_options", f"{qualname} does not take fit options"
+    assert hints["fit_options"] == typing.Unpack[FitOptions], hints["fit_options"]
+    assert not set(FIT_OPTIONS) & set(sig.parameters), qualname
+
+
+def test_check_fit_options_names_unknown_and_unsupported_options():
+    check = jaxgen.core.check_fit_options
+    assert check({"progress": False}) == {"progress": False}
+    with pytest.raises(TypeError, match=r"unknown option\(s\) \['steps'\]"):
+        check({"steps": 3})
+    unsupported = {"mesh": "no data to shard", "on_nonfinite": "no gradient step"}
+    # fit's defaults pass, anything else names the option, the reason and the value
+    check({"mesh": None, "on_nonfinite": "raise"}, unsupported=unsupported)
+    with pytest.raises(ValueError, match=r"`on_nonfinite` does not apply here: no gradient"):
+        check({"on_nonfinite": "skip_step"}, unsupported=unsupported)
+    with pytest.raises(ValueError, match=r"`mesh` does not apply here: no data.*got 1"):
+        check({"mesh": 1}, unsupported=unsupported)
 
 
 def test_fit_options_are_fit_keywords():

@@ -148,6 +148,25 @@ class DoobDrift(eqx.Module):
     T: Float[Array, ""]
     quad: Quadrature | None
 
+    def __init__(
+        self,
+        psi: AbstractLogPotential,
+        ref: AbstractReference,
+        T: Float[ArrayLike, ""],
+        quad: Quadrature | None = None,
+    ):
+        """Checks the horizon (finite, > 0) and that ``h`` can be computed; see `doob_drift`."""
+        T = _check_horizon(T)
+        if quad is None and not isinstance(psi, AbstractClosedFormLogPotential):
+            raise TypeError(
+                f"{type(psi).__name__} has no closed-form heat transform: pass a `quad` "
+                "(gauss_hermite or monte_carlo)."
+            )
+        self.psi = psi
+        self.ref = ref
+        self.T = jnp.asarray(T, ref.Sigma.dtype)
+        self.quad = quad
+
     def grad_log_h(self, t: Any, x: Float[Array, " dim"], args: Any = None) -> Float[Array, " dim"]:
         """``grad_x log h_psi(x, t)`` by autodiff through the quadrature or the closed form."""
         # `_log_h`: the horizon was checked once by `doob_drift`, not at every solver step.
@@ -182,13 +201,7 @@ def doob_drift(
     References:
         Puchkin et al., arXiv 2506.03043; Dai Pra 1991.
     """
-    T = _check_horizon(T)
-    if quad is None and not isinstance(psi, AbstractClosedFormLogPotential):
-        raise TypeError(
-            f"{type(psi).__name__} has no closed-form heat transform: pass a `quad` "
-            "(gauss_hermite or monte_carlo)."
-        )
-    return DoobDrift(psi, ref, jnp.asarray(T, ref.Sigma.dtype), quad)
+    return DoobDrift(psi, ref, T, quad)
 
 
 def drift_ess(

@@ -10,7 +10,7 @@ import optax
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from ..core import FitOptions, FitResult, adamw_cosine, check_fit_options, fit, minibatches
-from ..core.checks import check_nonnegative, check_positive_int
+from ..core.checks import check_nonnegative, check_positive, check_positive_int
 from ._likelihood import _bank_log_h, _e1_from_bank
 from ._potential import AbstractClosedFormLogPotential, AbstractLogPotential
 from ._quadrature import monte_carlo
@@ -152,6 +152,7 @@ def fit_log_potential(
         raise ValueError(f"`batch_size` must be an int >= 1, got {batch_size!r}.")
     loss = SBNLLLoss(ref, T, num_sources=num_sources, num_inner=num_inner, penalty=penalty)
     if optimizer is None:
+        check_positive(learning_rate, "learning_rate")
         optimizer = adamw_cosine(learning_rate, max(num_steps, 1), weight_decay=0.0)
     return fit(
         loss,

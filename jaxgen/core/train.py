@@ -9,10 +9,11 @@ would have taken.
 
 import dataclasses
 import functools
+import inspect
 import os
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypedDict
 
 import equinox as eqx
@@ -496,11 +497,25 @@ class FitOptions(TypedDict, total=False):
 FIT_OPTIONS: tuple[str, ...] = tuple(FitOptions.__annotations__)
 
 
-def check_fit_options(fit_options: dict[str, Any], name: str = "fit_options") -> dict[str, Any]:
+def check_fit_options(
+    fit_options: dict[str, Any],
+    name: str = "fit_options",
+    *,
+    unsupported: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
     """``fit_options`` may only hold `FitOptions` keys (a trainer's ``**fit_options``).
+
+    Args:
+        fit_options: the trainer's ``**fit_options``.
+        name: the argument's name in error messages.
+        unsupported: for a trainer not built on `fit` (no optimiser steps), the options that
+            do not apply to it, each with the reason; such an option given a value other than
+            `fit`'s default raises instead of being ignored.
 
     Raises:
         TypeError: naming the unknown option(s) and the accepted ones.
+        ValueError: an ``unsupported`` option given a value other than `fit`'s default, naming
+            the option, the reason and the value.
     """
     unknown = sorted(set(fit_options) - set(FIT_OPTIONS))
     if unknown:
@@ -508,7 +523,22 @@ def check_fit_options(fit_options: dict[str, Any], name: str = "fit_options") ->
             f"`{name}` got unknown option(s) {unknown}; the options forwarded to "
             f"`jaxgen.core.fit` are {list(FIT_OPTIONS)}."
         )
+    for option, reason in (unsupported or {}).items():
+        if option not in fit_options:
+            continue
+        value, default = fit_options[option], _fit_defaults()[option]
+        if not (value is default or (isinstance(value, str) and value == default)):
+            raise ValueError(
+                f"`{option}` does not apply here: {reason}. Leave it at its default "
+                f"({default!r}), got {value!r}."
+            )
     return fit_options
+
+
+def _fit_defaults() -> dict[str, Any]:
+    """`fit`'s default value of each of the `FitOptions`."""
+    params = inspect.signature(fit).parameters
+    return {option: params[option].default for option in FIT_OPTIONS}
 
 
 def as_batches(data: Any, batch_size: int | None, name: str = "data") -> BatchSampler:

@@ -5,18 +5,29 @@ over jitted, fixed-shape steps; inactive atoms are masks, so nothing recompiles 
 """
 
 import functools as ft
+import hashlib
+import json
 import math
+import sys
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Unpack
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, PRNGKeyArray
 
-from ..core import RESULTS
-from ..core.checks import check_finite, check_positive, check_positive_int
+from ..core import RESULTS, FitOptions, FitResult, check_fit_options
+from ..core.checkpoint import (
+    load_checkpoint,
+    load_latest_checkpoint,
+    prune_checkpoints,
+    save_checkpoint,
+    verify_checkpoint,
+)
+from ..core.checks import check_finite, check_key, check_positive, check_positive_int
 from ._solvers import (
     _check_penalty,
     _debias,
@@ -31,33 +42,47 @@ from ._solvers import (
 HYPER_MODES = ("mdl", "path")
 
 
-class PADLResult(NamedTuple):
-    """The output of `fit_padl`.
+class PADLResult(FitResult):
+    """What `fit_padl` returns: a `jaxgen.core.FitResult` whose ``model`` is the dictionary, plus
+    the codes, the active atoms and the hyper-parameters.
+
+    The `FitResult` fields: ``model`` is the dictionary (d, K), all K atoms as columns (inactive
+    ones are kept but unused), also readable as ``dictionary``; ``opt_state`` is ``None`` (no
+    optimiser); ``losses`` is the objective after every outer iteration, warm-up and
+    lambda_0-path iterations included, each at that iteration's lambdas (numpy, float64);
+    ``resumed_from`` is the number of outer iterations restored from a checkpoint (0 for a
+    fresh run); ``state`` is ``None``; ``evaluations`` holds ``(iteration, dict)`` for every
+    callback call that returned a dict; ``nonfinite_steps`` is empty (a non-finite objective
+    ends the run, see ``result``).
 
     Attributes:
-        dictionary: all K atoms as columns, shape (d, K); inactive ones are kept but unused.
         active: which atoms are activated (rows of ``codes`` that are nonzero), shape (K,).
         codes: the training codes, shape (K, N); rows of inactive atoms are 0.
         hyperparameters: ``lam1``, ``lam0`` (and ``lam2`` for ``"linf"``) used at the end, plus the
             estimates ``sigma2``, ``beta``, ``rho`` when they were estimated.
-        history: per outer iteration (numpy arrays): ``objective`` (after the D-step, at that
-            iteration's lambdas), ``objective_start``, ``objective_r``, ``objective_prune``,
-            ``num_active``, ``nnz``, ``rss``, ``lam0``.
+        history: per outer iteration of the final run (numpy arrays): ``objective`` (after the
+            D-step, at that iteration's lambdas), ``objective_start``, ``objective_r``,
+            ``objective_prune``, ``num_active``, ``nnz``, ``rss``, ``lam0``.
         path: for ``hyper="path"``: ``lam0``, ``num_active``, ``nnz_per_sample``, ``rss``,
             ``rel_error``, ``storage_bits`` along the grid and the ``selected`` index; else None.
         result: a `jaxgen.core.RESULTS` flag (``successful`` when the objective's relative decrease
             fell below ``tol`` three times in a row, else ``max_steps_reached``).
-        num_steps: the number of outer iterations of the final run.
+        num_steps: the number of outer iterations of the final run (the last entries of
+            ``losses``).
     """
 
-    dictionary: Array
-    active: Array
-    codes: Array
-    hyperparameters: dict[str, float]
-    history: dict[str, np.ndarray]
-    path: dict[str, Any] | None
-    result: RESULTS
-    num_steps: int
+    active: Bool[Array, " K"] = eqx.field(kw_only=True)
+    codes: Float[Array, "K N"] = eqx.field(kw_only=True)
+    hyperparameters: dict[str, float] = eqx.field(kw_only=True)
+    history: dict[str, np.ndarray] = eqx.field(kw_only=True)
+    path: dict[str, Any] | None = eqx.field(kw_only=True)
+    result: RESULTS = eqx.field(kw_only=True)
+    num_steps: int = eqx.field(kw_only=True)
+
+    @property
+    def dictionary(self) -> Array:
+        """The learned dictionary (d, K), all K atoms as columns: ``model``."""
+        return self.model
 
     @property
     def num_active(self) -> int:
@@ -468,12 +493,29 @@ class _State(NamedTuple):
     active: Array
 
 
+_HISTORY = ("objective_start", "objective_r", "objective_prune", "objective", "rss", "nnz")
+
+
+def _carry(lam1: float, lam_row: float, lam_row_from: float, *, reestimate: bool) -> dict:
+    """The host scalars an outer loop carries from one iteration to the next (JSON-able)."""
+    return {
+        "t": 0,  # outer iterations done in this run of the loop
+        "lam1": float(lam1),
+        "lam_row": float(lam_row),
+        "lam_row_from": float(lam_row_from),  # where the ramp of the row weight starts
+        "small": 0,  # consecutive iterations with a relative decrease below tol
+        "f_prev": None,
+        "reestimate": reestimate,  # hyper-parameter rounds still on
+        "last_active": None,  # |A| at the last round
+        "estimates": None,  # the last round's `estimate_hyperparameters`
+        "result": None,  # a RESULTS name once the loop has ended
+    }
+
+
 def _alternate(
     X,
     state,
-    lam1,
-    lam_row,
-    lam_row_from,
+    carry,
     *,
     penalty,
     steps,
@@ -483,17 +525,21 @@ def _alternate(
     prune_every,
     prune_steps,
     tol,
+    on_iteration,
     realign=True,
     hyper_rounds=None,
     history=None,
 ):
-    """Run outer iterations from ``state``; return (state, lam1, lam_row, converged, steps)."""
-    small = 0
-    f_prev = None
-    reestimate = hyper_rounds is not None
-    last_active = None
-    t = 0
-    for t in range(1, steps + 1):
+    """Run outer iterations ``carry["t"] + 1, ...`` from ``state`` until ``carry["result"]`` is set.
+
+    Everything the loop carries lives in ``state`` (arrays) and ``carry`` (host scalars, see
+    `_carry`, updated in place), and ``on_iteration(state)`` is called after every iteration
+    once both are up to date: a checkpoint of the two taken there resumes the loop exactly.
+    Returns the final state.
+    """
+    while carry["result"] is None:
+        t = carry["t"] + 1
+        lam1, lam_row, lam_row_from = carry["lam1"], carry["lam_row"], carry["lam_row_from"]
         frac = min(1.0, t / ramp_steps) if ramp_steps > 0 else 1.0
         lam_eff = lam_row_from + frac * (lam_row - lam_row_from)
         lam_now = jnp.asarray(lam_eff, X.dtype)
@@ -523,39 +569,100 @@ def _alternate(
         state = _State(D, R, active)
         f = float(f)
         if history is not None:
-            for name, value in (
-                ("objective_start", f_start),
-                ("objective_r", f_r),
-                ("objective_prune", f_p),
-                ("objective", f),
-                ("rss", rss),
-                ("nnz", nnz),
-                ("num_active", num_active),
-                ("lam0", lam_eff),
-            ):
-                history.setdefault(name, []).append(float(value))
+            for name, value in zip(_HISTORY, (f_start, f_r, f_p, f, rss, nnz), strict=True):
+                history[name].append(float(value))
+            history["num_active"].append(float(num_active))
+            history["lam0"].append(float(lam_eff))
+        carry["t"] = t
         if not math.isfinite(f):
-            return state, lam1, lam_row, RESULTS.nonfinite, t
+            carry["result"] = "nonfinite"
+            on_iteration(state, f)
+            break
         changed = False
-        if reestimate and t % hyper_rounds["every"] == 0 and t < steps:
-            na = int(num_active)
-            if last_active is not None and abs(na - last_active) <= 1:
-                reestimate = False
+        rounds = hyper_rounds is not None and carry["reestimate"]
+        if rounds and t % hyper_rounds["every"] == 0 and t < steps:
+            na, last = int(num_active), carry["last_active"]
+            if last is not None and abs(na - last) <= 1:
+                carry["reestimate"] = False
             else:
                 hp = estimate_hyperparameters(X, D, R, **hyper_rounds["kwargs"])
-                hyper_rounds["estimates"] = hp
+                carry["estimates"] = hp
                 if hyper_rounds["lam1"]:
-                    lam1 = hp["lam1"]
+                    carry["lam1"] = hp["lam1"]
                 lam_row = hp["lam0"] if penalty == "count" else hp["lam2"]
-                lam_row_from = lam_row
+                carry["lam_row"] = carry["lam_row_from"] = lam_row
                 changed = True
-            last_active = na
+            carry["last_active"] = na
+        f_prev = carry["f_prev"]
         if frac >= 1 and not changed and f_prev is not None:
-            small = small + 1 if (f_prev - f) <= tol * abs(f_prev) else 0
-            if small >= 3:
-                return state, lam1, lam_row, RESULTS.successful, t
-        f_prev = None if changed else f
-    return state, lam1, lam_row, RESULTS.max_steps_reached, t
+            carry["small"] = carry["small"] + 1 if (f_prev - f) <= tol * abs(f_prev) else 0
+            if carry["small"] >= 3:
+                carry["result"] = "successful"
+        carry["f_prev"] = None if changed else f
+        if carry["result"] is None and t >= steps:
+            carry["result"] = "max_steps_reached"
+        on_iteration(state, f)
+    return state
+
+
+def _check_padl_fit_options(fit_options: dict[str, Any]) -> dict[str, Any]:
+    """`check_fit_options` for `fit_padl`: the options of a gradient trainer raise, named."""
+    not_gradient = (
+        "fit_padl alternates FISTA code steps and closed-form dictionary updates on the host, "
+        "with no optimiser steps"
+    )
+    # Not fit options but arguments of every gradient trainer (`optimizer=None` means the
+    # default there, and nothing here).
+    if fit_options.get("optimizer") is not None:
+        raise ValueError(
+            f"`optimizer` does not apply to fit_padl: {not_gradient}, so there is no optimiser "
+            "to pass."
+        )
+    if "num_steps" in fit_options:
+        raise ValueError(
+            "`num_steps` does not apply to fit_padl: it counts outer iterations with "
+            "`max_steps` (and `warmup_steps`)."
+        )
+    check_fit_options(
+        {k: v for k, v in fit_options.items() if k != "optimizer"},
+        unsupported={
+            "steps_per_call": f"{not_gradient} to group into compiled calls",
+            "mesh": f"{not_gradient}; it does not shard data over devices",
+            "shard_params": f"{not_gradient}; it does not shard a model over devices",
+            "on_nonfinite": (
+                "fit_padl has no gradient step to skip; a non-finite objective ends the run "
+                "(`throw=True` raises, `throw=False` returns it with `result` nonfinite)"
+            ),
+        },
+    )
+    options = {
+        "callback": None,
+        "callback_every": None,
+        "checkpoint_dir": None,
+        "checkpoint_every": 1,
+        "keep_checkpoints": 2,
+        "progress": True,
+    }
+    options.update({k: v for k, v in fit_options.items() if k in options})
+    check_positive_int(options["checkpoint_every"], "checkpoint_every")
+    check_positive_int(options["keep_checkpoints"], "keep_checkpoints")
+    if options["callback"] is not None:
+        if not callable(options["callback"]):
+            raise TypeError(
+                f"`callback` must be callable, got {type(options['callback']).__name__}."
+            )
+        if options["callback_every"] is None:
+            raise ValueError(
+                "`callback_every` is required with `callback` (outer iterations between calls)."
+            )
+        check_positive_int(options["callback_every"], "callback_every")
+    elif options["callback_every"] is not None:
+        raise ValueError("`callback_every` was given without a `callback`.")
+    return options
+
+
+def _digest(x: Any) -> str | None:
+    return None if x is None else hashlib.sha256(np.ascontiguousarray(x).tobytes()).hexdigest()
 
 
 def fit_padl(
@@ -584,6 +691,7 @@ def fit_padl(
     a0: float = 1.0,
     b0: float = 1.0,
     throw: bool = True,
+    **fit_options: Unpack[FitOptions],
 ) -> PADLResult:
     r"""Fit a parsimoniously activated dictionary (PADL) by alternating proximal minimisation.
 
@@ -617,6 +725,19 @@ def fit_padl(
        relative decrease of the objective is below ``tol`` three times in a row, or after
        ``max_steps``.
 
+    Fit options: the steps are not gradient steps, so `jaxgen.core.fit` does not run them, but
+    the result is a `jaxgen.core.FitResult` (`PADLResult`) and the options of `fit` that apply
+    to an outer iteration work as there, counted in outer iterations over the whole run (warm-up
+    and path points included, the entries of ``losses``): ``callback(iteration, dictionary,
+    state)`` with ``state = {"codes": ..., "active": ...}`` every ``callback_every`` iterations
+    and after the last one; ``checkpoint_dir`` / ``checkpoint_every`` (default 1) /
+    ``keep_checkpoints`` write the run's whole state (dictionary, codes, path snapshots and the
+    loops' host scalars) with `jaxgen.core.save_checkpoint`, and a call with the same arguments
+    resumes from the latest one and returns bit for bit what the uninterrupted run returns;
+    ``progress`` shows a bar. ``steps_per_call``, ``mesh``, ``shard_params`` and
+    ``on_nonfinite`` do not apply and raise unless left at their defaults (``throw`` decides
+    what a non-finite objective does).
+
     Args:
         X: data of shape (d, N), **columns are samples** (scikit-learn uses the transpose).
         num_atoms: K >= 1.
@@ -634,19 +755,29 @@ def fit_padl(
             fixed-D test, which keeps atoms that split one true atom); see `prune_refit`.
         dictionary_init: optional initial dictionary (d, K) instead of random columns.
         throw: raise on non-finite values or an empty dictionary instead of returning them.
+        **fit_options: `jaxgen.core.FitOptions`: ``callback``, ``callback_every``,
+            ``checkpoint_dir``, ``checkpoint_every`` (outer iterations, default 1),
+            ``keep_checkpoints`` and ``progress`` (see above).
 
     Returns:
-        A `PADLResult`.
+        A `PADLResult` (a `jaxgen.core.FitResult`: ``model`` is the dictionary, ``losses`` the
+        objective of every outer iteration).
 
     Raises:
         ValueError: bad shapes, NaN/inf in ``X``, ``num_atoms < 1``, negative penalties, a bad
-            mode; with ``throw``, an empty dictionary or a non-finite objective.
+            mode; a fit option that does not apply (or ``optimizer``, ``num_steps``); a
+            checkpoint written by a run with another key or other arguments; with ``throw``, an
+            empty dictionary.
+        RuntimeError: with ``throw``, a non-finite objective (the message names the outcome).
+        TypeError: an unknown fit option.
 
     References:
         Zhao, Tang, Li. On the sparsity-storage-accuracy tradeoff in parsimoniously activated
         dictionary learning. arXiv 2606.22352. Zhao, Tang, Ren, Zhang, Li. A unified probabilistic
         framework for dictionary learning with parsimonious activation. arXiv 2509.25690.
     """
+    key = check_key(key, "key")
+    options = _check_padl_fit_options(fit_options)
     X = _check_data(X)
     tol = _check_nonnegative(tol, "tol")
     d, N = X.shape
@@ -675,7 +806,7 @@ def fit_padl(
         D = _check_data(dictionary_init, "dictionary_init").astype(X.dtype)
         if D.shape != (d, num_atoms):
             raise ValueError(f"`dictionary_init` must have shape {(d, num_atoms)}, got {D.shape}.")
-    state = _State(D, jnp.zeros((num_atoms, N), X.dtype), jnp.ones((num_atoms,), bool))
+    grid = None if path_grid is None else [float(g) for g in np.sort(np.asarray(path_grid, float))]
     row_key = "lam0" if penalty == "count" else "lam2"
     common = dict(
         penalty=penalty,
@@ -686,142 +817,289 @@ def fit_padl(
         realign=prune_realign,
         tol=tol,
     )
-    if "lam1" in fixed:
-        lam1 = fixed["lam1"]
-    else:
-        lam1 = float(_default_lam1(D, X))
-    history: dict[str, list[float]] = {}
-    if warmup_steps > 0:
-        state, *_ = _alternate(
-            X,
-            state,
-            lam1,
-            0.0,
-            0.0,
-            steps=warmup_steps,
-            ramp_steps=0,
-            history=None,
-            **{**common, "prune": False, "tol": 0.0},
-        )
-    hp: dict[str, float] = {}
-    path = None
-    if mode == "fixed":
-        lam_row = fixed[row_key]
-        hp.update(fixed)
-        hyper_rounds = None
-    else:
-        hp = estimate_hyperparameters(X, state.D, state.R, bits=bits, a0=a0, b0=b0)
-        lam1, lam_row = hp["lam1"], hp[row_key]
-        hyper_rounds = (
-            {
-                "every": reestimate_every,
-                # Re-estimates never price an atom below the warm-up's noise level: once the
-                # dictionary fits the training set (noiseless data) RSS/dof keeps falling.
-                "kwargs": dict(bits=bits, a0=a0, b0=b0, noise_floor=hp["sigma2"]),
-                "lam1": reestimate_lam1,
-            }
-            if mode == "mdl"
-            else None
-        )
+    # The run is a sequence of outer loops (`_alternate`): the warm-up, then the main loop, or
+    # one loop per point of the lambda_0 path and the polish at the selected point.
+    segments = ["warmup"] if warmup_steps > 0 else []
     if mode == "path":
-        grid = (
-            hp["sigma2"] * 2.0 ** np.linspace(0, 14, path_size)
-            if path_grid is None
-            else np.sort(np.asarray(path_grid, dtype=float))
-        )
-        snapshots, rows = [], []
-        x_energy = float(np.sum(np.asarray(X, np.float64) ** 2))
-        prev = 0.0
-        for lam in grid:
-            lam_p = float(lam)
-            state, _, _, flag, _ = _alternate(
-                X,
-                state,
-                lam1,
-                lam_p,
-                prev,
-                steps=path_steps,
-                ramp_steps=ramp_steps if prev == 0 else 2,
-                history=None,
-                **common,
+        segments += [f"path{i}" for i in range(path_size if grid is None else len(grid))]
+        segments.append("polish")
+    else:
+        segments.append("main")
+    run = _Run(_State(D, jnp.zeros((num_atoms, N), X.dtype), jnp.ones((num_atoms,), bool)))
+    run.grid = grid
+
+    def start(name: str) -> dict:
+        """The carry of a segment's first iteration (and what it sets up)."""
+        if name == "warmup":
+            lam1 = fixed["lam1"] if "lam1" in fixed else float(_default_lam1(run.state.D, X))
+            return _carry(lam1, 0.0, 0.0, reestimate=False)
+        if name in ("main", "path0"):
+            if mode == "fixed":
+                run.hp = dict(fixed)
+            else:
+                run.hp = estimate_hyperparameters(
+                    X, run.state.D, run.state.R, bits=bits, a0=a0, b0=b0
+                )
+            run.lam1, run.lam_row = run.hp["lam1"], run.hp[row_key]
+            if mode == "path" and run.grid is None:
+                run.grid = [
+                    float(g) for g in run.hp["sigma2"] * 2.0 ** np.linspace(0, 14, path_size)
+                ]
+        if name == "main":
+            return _carry(run.lam1, run.lam_row, 0.0, reestimate=mode == "mdl")
+        if name == "polish":
+            # The centre of the widest plateau of |A|, polished at its price with no ramp.
+            run.selected = _widest_plateau(np.asarray([row[1] for row in run.rows]))
+            run.state, run.snapshots = run.snapshots[run.selected], []
+            run.lam_row = run.grid[run.selected]
+            return _carry(run.lam1, run.lam_row, run.lam_row, reestimate=False)
+        i = int(name[len("path") :])
+        return _carry(run.lam1, run.grid[i], 0.0 if i == 0 else run.grid[i - 1], reestimate=False)
+
+    def spec(name: str) -> dict:
+        """The settings of a segment's loop."""
+        if name == "warmup":
+            return dict(common, steps=warmup_steps, ramp_steps=0, prune=False, tol=0.0)
+        if name == "main":
+            rounds = None
+            if mode == "mdl":
+                rounds = {
+                    "every": reestimate_every,
+                    # Re-estimates never price an atom below the warm-up's noise level: once the
+                    # dictionary fits the training set (noiseless data) RSS/dof keeps falling.
+                    "kwargs": dict(bits=bits, a0=a0, b0=b0, noise_floor=run.hp["sigma2"]),
+                    "lam1": reestimate_lam1,
+                }
+            return dict(
+                common,
+                steps=max_steps,
+                ramp_steps=ramp_steps,
+                history=run.history,
+                hyper_rounds=rounds,
             )
-            prev = lam_p
+        if name == "polish":
+            return dict(common, steps=path_steps, ramp_steps=0, history=run.history)
+        ramp = ramp_steps if run.carry["lam_row_from"] == 0 else 2
+        return dict(common, steps=path_steps, ramp_steps=ramp)
+
+    def finish(name: str) -> None:
+        carry = run.carry
+        if name in ("main", "polish"):
+            run.lam1, run.lam_row = carry["lam1"], carry["lam_row"]
+            run.result, run.num_steps = carry["result"], carry["t"]
+            if carry["estimates"] is not None:
+                run.hp.update(carry["estimates"])
+        elif name.startswith("path"):
             zero = jnp.zeros((), X.dtype)
-            _, rss, nnz, num_active = (
-                float(v) for v in _objective_parts(X, state.D, state.R, zero, zero, penalty="count")
-            )
-            rows.append(
-                (
-                    lam_p,
+            parts = _objective_parts(X, run.state.D, run.state.R, zero, zero, penalty="count")
+            _, rss, nnz, num_active = (float(v) for v in parts)
+            x_energy = float(np.sum(np.asarray(X, np.float64) ** 2))
+            run.rows.append(
+                [
+                    carry["lam_row"],
                     num_active,
                     nnz / N,
                     rss,
                     math.sqrt(rss / x_energy),
-                    storage_bits(state.R, dim=d, bits=bits),
-                )
+                    storage_bits(run.state.R, dim=d, bits=bits),
+                ]
             )
-            snapshots.append(state)
-        cols = list(zip(*rows, strict=True))
-        counts = np.asarray(cols[1])
-        selected = _widest_plateau(counts)
-        path = {
-            "lam0": np.asarray(cols[0]),
-            "num_active": counts,
-            "nnz_per_sample": np.asarray(cols[2]),
-            "rss": np.asarray(cols[3]),
-            "rel_error": np.asarray(cols[4]),
-            "storage_bits": np.asarray(cols[5]),
-            "selected": selected,
-        }
-        state = snapshots[selected]
-        lam_row = float(grid[selected])
-        # Polish at the selected price, starting at it (no ramp).
-        state, lam1, lam_row, result, steps = _alternate(
+            run.snapshots.append(run.state)
+
+    # Checkpoints: the arrays (key, state, path snapshots) and, as JSON (exact for floats), the
+    # host scalars, so that a resumed run repeats the uninterrupted one bit for bit.
+    checkpoint_dir = options["checkpoint_dir"]
+    key_data = jr.key_data(key) if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else key
+    resumed_from, settings = 0, None
+    if checkpoint_dir is not None:
+        settings = _settings(
             X,
-            state,
-            lam1,
-            lam_row,
-            lam_row,
-            steps=path_steps,
-            ramp_steps=0,
-            history=history,
-            **common,
-        )
-    else:
-        state, lam1, lam_row, result, steps = _alternate(
-            X,
-            state,
-            lam1,
-            lam_row,
-            0.0,
-            steps=max_steps,
+            num_atoms=num_atoms,
+            penalty=penalty,
+            hyper=fixed if mode == "fixed" else mode,
+            bits=bits,
+            max_steps=max_steps,
+            warmup_steps=warmup_steps,
             ramp_steps=ramp_steps,
-            history=history,
-            hyper_rounds=hyper_rounds,
-            **common,
+            fista_steps=fista_steps,
+            prune=prune,
+            prune_every=prune_every,
+            prune_steps=prune_steps,
+            prune_realign=prune_realign,
+            reestimate_every=reestimate_every,
+            reestimate_lam1=reestimate_lam1,
+            path_grid=grid,
+            path_size=path_size,
+            path_steps=path_steps,
+            tol=tol,
+            dictionary_init=_digest(dictionary_init),
+            a0=a0,
+            b0=b0,
         )
-        if hyper_rounds is not None and "estimates" in hyper_rounds:
-            hp.update(hyper_rounds["estimates"])
-    hp["lam1"] = float(lam1)
-    hp[row_key] = float(lam_row)
+        initial = run.state
+
+        def load(path: str, template: Any) -> tuple[Any, dict[str, Any]]:
+            snapshots = verify_checkpoint(path).get("num_snapshots", 0)
+            return load_checkpoint(path, (key_data, initial, (initial,) * snapshots))
+
+        loaded = load_latest_checkpoint(checkpoint_dir, None, load=load)
+        if loaded is not None:
+            path, (saved_key, state, snapshots), meta = loaded
+            if not np.array_equal(np.asarray(saved_key), np.asarray(key_data)):
+                raise ValueError(
+                    f"the checkpoint at {path} was written by a run with another `key`; pass "
+                    "the same key to resume, or a fresh `checkpoint_dir`."
+                )
+            differ = sorted(k for k in settings if meta.get("settings", {}).get(k) != settings[k])
+            if differ:
+                raise ValueError(
+                    f"the checkpoint at {path} was written by a fit_padl run with other "
+                    f"arguments ({', '.join(differ)}); pass the same ones to resume, or a fresh "
+                    "`checkpoint_dir`."
+                )
+            run.restore(meta, state, snapshots)
+            resumed_from = len(run.losses)
+
+    def save(iteration: int) -> None:
+        meta = {**run.meta(), "num_snapshots": len(run.snapshots), "settings": settings}
+        save_checkpoint(
+            checkpoint_dir, iteration, (key_data, run.state, tuple(run.snapshots)), meta
+        )
+        prune_checkpoints(checkpoint_dir, options["keep_checkpoints"])
+
+    callback, callback_every = options["callback"], options["callback_every"]
+    evaluations: list[tuple[int, dict[str, Any]]] = []
+    called_at = None
+
+    def call(iteration: int) -> None:
+        nonlocal called_at
+        called_at = iteration
+        out = callback(iteration, run.state.D, {"codes": run.state.R, "active": run.state.active})
+        if out is not None:
+            evaluations.append((iteration, dict(out)))
+
+    bar = None
+    if options["progress"] and sys.stderr.isatty() and run.segment < len(segments):
+        from tqdm.auto import tqdm
+
+        steps = {"warmup": warmup_steps, "main": max_steps}
+        total = sum(steps.get(name, path_steps) for name in segments)
+        bar = tqdm(total=total, initial=resumed_from, desc="fit_padl", leave=False)
+
+    def on_iteration(state: _State, objective: float) -> None:
+        run.state = state
+        run.losses.append(objective)
+        iteration = len(run.losses)
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(objective=f"{objective:.4g}")
+        if run.carry["result"] is not None and run.segment == len(segments) - 1:
+            return  # the last iteration: the end writes the final checkpoint and calls back
+        if checkpoint_dir is not None and iteration % options["checkpoint_every"] == 0:
+            if math.isfinite(objective):  # keep the last finite checkpoint
+                save(iteration)
+        if callback is not None and iteration % callback_every == 0:
+            call(iteration)
+
+    try:
+        while run.segment < len(segments):
+            name = segments[run.segment]
+            if run.carry is None:
+                run.carry = start(name)
+            run.state = _alternate(X, run.state, run.carry, on_iteration=on_iteration, **spec(name))
+            finish(name)
+            run.segment, run.carry = run.segment + 1, None
+    finally:
+        if bar is not None:
+            bar.close()
+    iterations = len(run.losses)
+    if iterations > resumed_from:
+        if checkpoint_dir is not None and run.result != "nonfinite":
+            save(iterations)
+        if callback is not None and called_at != iterations:
+            call(iterations)
+    result = getattr(RESULTS, run.result)
+    hp = dict(run.hp)
+    hp["lam1"] = float(run.lam1)
+    hp[row_key] = float(run.lam_row)
+    state = run.state
     active = state.active & jnp.any(state.R != 0, axis=1)
     if throw and result == RESULTS.nonfinite:
         raise RuntimeError(RESULTS[result])
     if throw and not bool(jnp.any(active)):
         raise ValueError(
-            f"every atom was pruned (empty dictionary) at lam1={float(lam1):.4g}, "
-            f"{row_key}={float(lam_row):.4g}: lower the penalties."
+            f"every atom was pruned (empty dictionary) at lam1={hp['lam1']:.4g}, "
+            f"{row_key}={hp[row_key]:.4g}: lower the penalties."
         )
+    path = None
+    if mode == "path":
+        cols = [np.asarray(col) for col in zip(*run.rows, strict=True)]
+        names = ("lam0", "num_active", "nnz_per_sample", "rss", "rel_error", "storage_bits")
+        path = {**dict(zip(names, cols, strict=True)), "selected": run.selected}
     return PADLResult(
-        state.D,
-        active,
-        state.R,
-        hp,
-        {k: np.asarray(v) for k, v in history.items()},
-        path,
-        result,
-        steps,
+        model=state.D,
+        opt_state=None,
+        losses=np.asarray(run.losses, dtype=np.float64),
+        resumed_from=resumed_from,
+        evaluations=tuple(evaluations),
+        active=active,
+        codes=state.R,
+        hyperparameters=hp,
+        history={k: np.asarray(v) for k, v in run.history.items()},
+        path=path,
+        result=result,
+        num_steps=run.num_steps,
     )
+
+
+class _Run:
+    """Where a `fit_padl` run stands: what its checkpoints hold and its result is built from."""
+
+    # The host-side part, saved as the checkpoint's JSON metadata.
+    META = (
+        "segment",
+        "carry",
+        "losses",
+        "history",
+        "hp",
+        "grid",
+        "rows",
+        "selected",
+        "lam1",
+        "lam_row",
+        "result",
+        "num_steps",
+    )
+
+    def __init__(self, state: _State):
+        self.state = state
+        self.snapshots: list[_State] = []  # the fit at each path point, until one is selected
+        self.segment = 0  # the index of the loop in progress
+        self.carry: dict | None = None  # its carry (None: not started)
+        self.losses: list[float] = []
+        self.history: dict[str, list[float]] = {k: [] for k in _HISTORY + ("num_active", "lam0")}
+        self.hp: dict[str, float] = {}
+        self.grid: list[float] | None = None
+        self.rows: list[list[float]] = []
+        self.selected: int | None = None
+        self.lam1: float | None = None
+        self.lam_row: float | None = None
+        self.result: str | None = None
+        self.num_steps = 0
+
+    def meta(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.META}
+
+    def restore(self, meta: dict[str, Any], state: _State, snapshots: tuple) -> None:
+        for name in self.META:
+            setattr(self, name, meta[name])
+        self.state, self.snapshots = _State(*state), [_State(*s) for s in snapshots]
+
+
+def _settings(X: Array, **settings: Any) -> dict[str, Any]:
+    """The arguments of a run, as JSON, to refuse resuming a checkpoint of another run."""
+    settings["X"] = [list(X.shape), str(X.dtype), _digest(np.asarray(X))]
+    return json.loads(json.dumps(settings, default=repr))
 
 
 def _widest_plateau(counts: np.ndarray) -> int:

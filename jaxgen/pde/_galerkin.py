@@ -13,6 +13,11 @@ import optax
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from jaxgen.core import FitOptions, FitResult, adamw_cosine, check_fit_options, fit, solve_ode
+from jaxgen.core.checks import (
+    check_in_interval,
+    check_positive,
+    check_positive_int,
+)
 
 from ._flow import TransitionFlow, _frozen_gaussian_reference, flow_parameters, from_y
 from ._models import _check_time
@@ -273,6 +278,8 @@ def integrate_ng(
             raise ValueError(f"`{name}` must be an int >= 1, got {v!r}.")
     if not 0 < t_min_ratio < 1:
         raise ValueError(f"`t_min_ratio` must be in (0, 1), got {t_min_ratio}.")
+    check_in_interval(frac_flow, "frac_flow", 0.0, 1.0)
+    check_positive(eps_rel, "eps_rel")
     theta0, unravel = flow_parameters(flow)
     ckey, zkey = jr.split(key)
     x0s, lams = jax.vmap(sample_condition)(jr.split(ckey, num_colloc))
@@ -375,7 +382,9 @@ def fit_spacetime(
         raise ValueError(
             "`flow` must be built with time_range=(t_min, t_max) for the space-time ablation."
         )
+    batch_size = check_positive_int(batch_size, "batch_size")
     if optimizer is None:
+        check_positive(learning_rate, "learning_rate")
         optimizer = adamw_cosine(learning_rate, num_steps, warmup_steps=num_steps // 20)
     sampler = _SpaceTimeSampler(sample_condition, flow.time_range, batch_size, flow.model.dim)
     return fit(

@@ -9,6 +9,7 @@ import pytest
 
 from jaxgen.bridges import (
     BrownianReference,
+    DoobDrift,
     OUReference,
     QuadraticLogPotential,
     doob_drift,
@@ -298,3 +299,15 @@ def test_eqx_module_drift_is_jittable():
     # The DoobDrift module passes through filter_jit as an argument (its fields are pytrees).
     _, _, jitted, direct = _closed_1d_case(jnp.linspace(0.0, 2.4, 9)[:, None])
     np.testing.assert_allclose(jitted, direct, rtol=1e-12)
+
+
+def test_doob_drift_module_checks_its_horizon_like_doob_drift():
+    # Built directly, the module refuses what `doob_drift` refuses (it used to accept T < 0).
+    psi, ref = QuadraticLogPotential(jnp.eye(1), jnp.zeros(1)), OUReference(1)
+    for T in (-0.5, 0.0, float("nan")):
+        with pytest.raises(ValueError, match="`T`"):
+            DoobDrift(psi, ref, T)
+    with pytest.raises(Exception, match="`T`"):
+        DoobDrift(psi, ref, jnp.asarray(-0.5))
+    drift = DoobDrift(psi, ref, 0.5)
+    np.testing.assert_allclose(drift(0.1, jnp.ones(1)), doob_drift(psi, ref, 0.5)(0.1, jnp.ones(1)))

@@ -26,11 +26,13 @@ from jaxgen.bridges import (
     LinearSDEs,
     TreeSDE,
     TreeTopology,
+    dense_tree_smoother,
     full_tree_loss,
     fuse,
     guiding_grid,
     leaf_batches,
     log_potential,
+    path_loss,
     proxy_posterior_mean,
     sde_proxy_from_anchors,
     simulate_tree,
@@ -443,3 +445,24 @@ def test_full_tree_loss_closed_form_on_a_mixed_proxy_tree():
         full_tree_loss(jr.key(0), gt, None, 0)
     with pytest.raises(TypeError, match="`control` must be a AbstractKernelResidual"):
         full_tree_loss(jr.key(0), gt, _shape_only(ControlNet, 2, 2, 8, 1), 1)
+
+
+def _constant_sigma(t, x):
+    return 0.6 * jnp.eye(2, dtype=x.dtype)
+
+
+def test_tree_helpers_refuse_values_their_results_would_hide():
+    """Each case below returned a finite (or NaN) result without a word (bad-input registry)."""
+    # A state-independent diffusion never reads the anchors: the check sits on the result, so
+    # it survives jit (a check on the input alone would be dropped with the unused input).
+    bad = jnp.zeros((N, 2)).at[1, 0].set(jnp.nan)
+    with pytest.raises(eqx.EquinoxRuntimeError, match="`anchors` must be finite"):
+        jax.block_until_ready(_proxy_jit(TOPO, TreeSDE(_sde_dummy_drift, _constant_sigma), bad))
+    gt, kern = _disc_tree()
+    with pytest.raises(ValueError, match="`leaf_rows` must have shape"):  # the mean of no leaf
+        path_loss(jr.key(0), gt, jnp.zeros((0,), jnp.int32))
+    with pytest.raises(ValueError, match=r"`leaf_rows` must be integer labels in \[0, 4\)"):
+        path_loss(jr.key(0), gt, jnp.array([0, 4]))  # gathered as the last leaf before
+    # An indefinite observation covariance made the dense Cholesky NaN.
+    with pytest.raises(eqx.EquinoxRuntimeError, match="`R` must be symmetric positive semi"):
+        dense_tree_smoother(TOPO, kern, Y, C=C, R=-R, x_root=X0)

@@ -1,4 +1,5 @@
 import math
+import os
 
 import jax
 import jax.numpy as jnp
@@ -6,7 +7,7 @@ import jax.random as jr
 import numpy as np
 import pytest
 
-from jaxgen.core import RESULTS
+from jaxgen.core import RESULTS, FitResult
 from jaxgen.dictionary import (
     debias_codes,
     dict_update,
@@ -311,6 +312,134 @@ def test_result_flag(small):
     )
     assert res.result == RESULTS.max_steps_reached and res.num_steps == 3
     assert res.codes.dtype == X.dtype and res.compact()[0].shape == (12, res.num_active)
+    # a FitResult: the dictionary is the model, the losses the objective of every iteration
+    assert isinstance(res, FitResult) and res.model is res.dictionary
+    assert res.opt_state is None and res.resumed_from == 0 and res.evaluations == ()
+    np.testing.assert_array_equal(res.losses, res.history["objective"])
+    f = float(padl_objective(X, res.dictionary, res.codes, 0.2, 0.0))
+    np.testing.assert_allclose(res.losses[-1], f, rtol=1e-12)
+
+
+class _Stop(Exception):
+    pass
+
+
+def _stop_at(k, seen):
+    def callback(iteration, dictionary, state):
+        seen.append(iteration)
+        assert dictionary.shape == (12, 8) and state["codes"].shape == (8, 300)
+        if iteration == k:
+            raise _Stop
+        return {"num_active": int(jnp.sum(state["active"]))}
+
+    return callback
+
+
+# Stops where every part of the loop state matters. mdl (warm-up 3, then pruning and lambda_0
+# re-estimates every 3 iterations): the end of the warm-up; between two re-estimate rounds (the
+# second compares |A| with the first's); two iterations into the count of small decreases that
+# stops the run (tol 5e-3). path (warm-up 2, three points of 4 iterations, polish 4): the end of
+# the first point; inside the third (two snapshots kept); inside the polish.
+RESUME_CASES = {
+    "mdl": (
+        dict(
+            max_steps=14, warmup_steps=3, ramp_steps=3, prune_every=3, reestimate_every=3, tol=5e-3
+        ),
+        (3, 7, 15),
+    ),
+    "path": (
+        dict(hyper="path", path_grid=np.array([0.3, 3.0, 12.0]), path_steps=4, warmup_steps=2),
+        (6, 11, 16),
+    ),
+}
+
+
+@pytest.mark.parametrize("mode", sorted(RESUME_CASES))
+def test_checkpoint_resume_is_exact(small, tmp_path, mode):
+    """A run stopped after k outer iterations and restarted from its checkpoint returns bit for
+    bit what the uninterrupted run returns (arrays, losses, history, path, hyper-parameters)."""
+    X, _ = small
+    kwargs, stops = RESUME_CASES[mode]
+    ref = fit_padl(X, 8, key=jr.key(1), progress=False, **kwargs)
+    total = len(ref.losses)
+    assert total > max(stops)
+    for k in stops:
+        directory = str(tmp_path / f"stop{k}")
+        seen = []
+        with pytest.raises(_Stop):
+            fit_padl(
+                X,
+                8,
+                key=jr.key(1),
+                checkpoint_dir=directory,
+                callback=_stop_at(k, seen),
+                callback_every=1,
+                keep_checkpoints=2,
+                **kwargs,
+            )
+        assert seen == list(range(1, k + 1))
+        assert sorted(os.listdir(directory)) == [f"step_{k - 1:08d}", f"step_{k:08d}"]
+        seen = []
+        res = fit_padl(
+            X,
+            8,
+            key=jr.key(1),
+            checkpoint_dir=directory,
+            callback=_stop_at(-1, seen),
+            callback_every=5,
+            **kwargs,
+        )
+        assert res.resumed_from == k
+        assert seen == [i for i in range(k + 1, total + 1) if i % 5 == 0 or i == total]
+        assert [i for i, _ in res.evaluations] == seen
+        for again in (res, fit_padl(X, 8, key=jr.key(1), checkpoint_dir=directory, **kwargs)):
+            for name in ("dictionary", "codes", "active", "losses"):
+                np.testing.assert_array_equal(getattr(again, name), getattr(ref, name))
+            assert again.hyperparameters == ref.hyperparameters
+            assert again.history.keys() == ref.history.keys()
+            for name, values in ref.history.items():
+                np.testing.assert_array_equal(again.history[name], values)
+            assert (again.path is None) == (ref.path is None)
+            for name, values in (ref.path or {}).items():
+                np.testing.assert_array_equal(again.path[name], values)
+            assert again.num_steps == ref.num_steps and again.result == ref.result
+        assert again.resumed_from == total  # a finished run's checkpoint: nothing left to do
+    with pytest.raises(ValueError, match="another `key`"):
+        fit_padl(X, 8, key=jr.key(2), checkpoint_dir=directory, **kwargs)
+    with pytest.raises(ValueError, match=r"other arguments \(bits\)"):
+        fit_padl(X, 8, key=jr.key(1), checkpoint_dir=directory, **{**kwargs, "bits": 16})
+
+
+def test_fit_options_that_do_not_apply(small):
+    X, _ = small
+    kwargs = dict(key=jr.key(0), max_steps=1, warmup_steps=1)
+    for name, value, reason in (
+        ("steps_per_call", 10, "compiled calls"),
+        ("mesh", object(), "shard data"),
+        ("shard_params", True, "shard a model"),
+        ("on_nonfinite", "skip_step", "throw"),
+        ("optimizer", object(), "no optimiser"),
+        ("num_steps", 10, "max_steps"),
+    ):
+        with pytest.raises(ValueError, match=f"`{name}` does not apply.*{reason}"):
+            fit_padl(X, 8, **kwargs, **{name: value})
+    # the defaults of the options that do not apply pass
+    res = fit_padl(
+        X, 8, **kwargs, optimizer=None, steps_per_call=None, mesh=None, on_nonfinite="raise"
+    )
+    assert res.num_steps == 1 and len(res.losses) == 2
+    with pytest.raises(TypeError, match=r"unknown option\(s\) \['learning_rate'\]"):
+        fit_padl(X, 8, **kwargs, learning_rate=1e-3)
+    with pytest.raises(ValueError, match="`callback_every` is required"):
+        fit_padl(X, 8, **kwargs, callback=print)
+    with pytest.raises(ValueError, match="`callback_every` was given without"):
+        fit_padl(X, 8, **kwargs, callback_every=2)
+    with pytest.raises(TypeError, match="`callback` must be callable"):
+        fit_padl(X, 8, **kwargs, callback=3, callback_every=1)
+    with pytest.raises(ValueError, match="`checkpoint_every` must be an int >= 1"):
+        fit_padl(X, 8, **kwargs, checkpoint_every=0)
+    with pytest.raises(ValueError, match="`keep_checkpoints` must be an int >= 1"):
+        fit_padl(X, 8, **kwargs, keep_checkpoints=0)
 
 
 @pytest.mark.slow

@@ -392,8 +392,15 @@ def _finetune_init(getkey):
 
 
 def test_finetune_init_is_the_fm_gaussian_posterior(getkey):
-    """Fast twin of init identity: at init (mu_P, sigma_P) = (mu_post, sigma_post) exactly."""
-    _finetune_init(getkey)
+    """Fast twin of init identity: at init (mu_P, sigma_P) = (mu_post, sigma_post) exactly.
+
+    Also: a NaN in the first level of ``xs`` (which the alignment loss does not read) is refused,
+    under jit too (the check sits on the loss; one on the unread level would be dropped).
+    """
+    field, model, ts, u = _finetune_init(getkey)
+    xs = jnp.broadcast_to(u, (ts.shape[0], *u.shape)).at[0, 0, 0].set(jnp.nan)
+    with pytest.raises(eqx.EquinoxRuntimeError, match="`xs` must be finite"):
+        jax.block_until_ready(eqx.filter_jit(mean_alignment_loss)(model, field, xs, ts))
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""Continued-fraction maths and layers (checks F1-F9) against float64 numpy."""
+"""Continued-fraction maths and layers against float64 numpy."""
 
 import math
 

@@ -28,6 +28,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from ...core import solve_ode
+from ...core.checks import check_positive
 from ._topology import TreeTopology
 
 
@@ -325,6 +326,8 @@ def backward_filter(
         van der Meulen & Sommer, arXiv 2505.18239 (pullbacks and fusion); Schauer, van der
         Meulen & van Zanten, arXiv 1311.3606 (backward ODEs of guided proposals).
     """
+    check_positive(rtol, "rtol")
+    check_positive(atol, "atol")
     if isinstance(proxy, LinearKernels):
         sde = False
         d = proxy.Phi.shape[-1]
@@ -442,9 +445,15 @@ def dense_tree_smoother(
     Phi, beta, Q = kernels
     n, d = topo.num_nodes, Phi.shape[-1]
     y = jnp.asarray(y)
+    if y.ndim != 2 or y.shape[0] != topo.num_leaves:
+        raise ValueError(f"`y` must have shape (num_leaves={topo.num_leaves}, m), got {y.shape}.")
     dtype = y.dtype
     m = y.shape[1]
     C = jnp.eye(d, dtype=dtype) if C is None else jnp.asarray(C)
+    R = jnp.asarray(R)
+    if R.shape != (m, m):
+        raise ValueError(f"`R` must have shape ({m}, {m}), got {R.shape}.")
+    R, Q = _check_psd("R", R), _check_psd("kernels.Q", Q)
     r = topo.root
     if prior is None:
         m0, P0 = x_root, jnp.zeros((d, d), dtype)

@@ -34,7 +34,13 @@ from jax.sharding import Mesh
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from ...core import sharded_vmap, solve_sde
-from ...core.checks import check_module, check_positive_int
+from ...core.checks import (
+    check_labels,
+    check_module,
+    check_positive_int,
+    check_rank,
+    check_shape,
+)
 from .._htransform import guide
 from ._filter import (
     Canonical,
@@ -220,7 +226,10 @@ class ControlNet(AbstractSDEControl):
     def __init__(
         self, dim: int, noise_dim: int, width: int = 64, depth: int = 2, *, key: PRNGKeyArray
     ):
-        self.noise_dim = noise_dim
+        dim = check_positive_int(dim, "dim")
+        self.noise_dim = check_positive_int(noise_dim, "noise_dim")
+        width = check_positive_int(width, "width")
+        depth = check_positive_int(depth, "depth", minimum=0)
         mlp = eqx.nn.MLP(2 * dim + 2, noise_dim, width, depth, jax.nn.silu, key=key)
         self.mlp = _zero_last(mlp)
 
@@ -513,6 +522,9 @@ def path_loss(
     _check_control(gt, control)
     topo = gt.topo
     n = topo.num_nodes
+    leaf_rows = check_labels(
+        check_shape(leaf_rows, (None,), "leaf_rows"), "leaf_rows", topo.num_leaves
+    )
     paths = jnp.asarray(topo.leaf_paths)[leaf_rows]  # (B, D+1), -1 padded
     weight = jnp.asarray(np.append(topo.num_leaves / topo.n_leaves_below, 0.0), gt.x_root.dtype)
     x0 = jnp.broadcast_to(gt.x_root, (leaf_rows.shape[0], gt.x_root.shape[0]))
@@ -638,6 +650,8 @@ def sde_proxy_from_anchors(
 
     a0 = jax.vmap(a_at)(jnp.zeros_like(tau), anchors[par])
     a1 = jax.vmap(a_at)(tau, anchors)
+    # On the output: a diffusion that ignores the state would drop a check on `anchors`.
+    a1 = eqx.error_if(a1, ~jnp.all(jnp.isfinite(anchors)), "`anchors` must be finite (no NaN/inf).")
     z = jnp.zeros((n, d, d), anchors.dtype)
     return LinearSDEs(z, jnp.zeros((n, d), anchors.dtype), a0, a1)
 
@@ -659,6 +673,7 @@ def simulate_tree(
     """
     if not isinstance(num_steps, int) or num_steps < 1:
         raise ValueError(f"`num_steps` must be an int >= 1, got {num_steps!r}.")
+    x_root = check_rank(x_root, 1, "x_root", layout="(dim,)")
     n, d = topo.num_nodes, x_root.shape[0]
     dtype = x_root.dtype
     z = jnp.zeros((n, d, d), dtype)

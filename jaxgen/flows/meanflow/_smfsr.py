@@ -39,7 +39,7 @@ import optax
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray, PyTree
 
 from ...core import solve_ode
-from ...core.checks import check_finite, check_module
+from ...core.checks import check_finite, check_in_interval, check_module
 from ...nn import sinusoidal_embedding
 from .._velocity import AbstractVelocityField
 from ._mean_flow import (
@@ -516,6 +516,7 @@ def gan_refine_loss(
     """
     if not isinstance(model, tuple) or len(model) != 3:
         raise ValueError("`model` must be the triple (student, discriminator, fake_score).")
+    check_in_interval(ema_decay, "ema_decay", 0.0, 1.0, closed=(True, False))
     x, cond = _check_batch(batch)
     x = _flat_batch("x", x)
     student, disc, fake = model

@@ -390,7 +390,9 @@ def mean_alignment_loss(
         mu_fm = a * x_t + b * velocity_to_x0(frozen_fm, x_t, t, args)
         return jnp.sum((mu_p - jax.lax.stop_gradient(mu_fm)) ** 2)
 
-    return jnp.sum(jax.vmap(pair)(xs[1:], u, ts[1:], ts[:-1]))
+    loss = jnp.sum(jax.vmap(pair)(xs[1:], u, ts[1:], ts[:-1]))
+    # On the loss: the first level xs[0] is not read, so a check on `xs` itself would be dropped.
+    return eqx.error_if(loss, ~jnp.all(jnp.isfinite(xs)), "`xs` must be finite (no NaN/inf).")
 
 
 # ------------------------------------------------------------------------------------------------
