@@ -180,7 +180,7 @@ def bundle_loss(bundle: Bundle, x, key):
         "gidd": D.gidd_loss,
         "sedd": D.sedd_loss,
     }[bundle.loss]
-    return fn(bundle.net, bundle.schedule, x, key)
+    return fn(bundle.net, x, key, schedule=bundle.schedule)
 
 
 def _schedule(kind: str, n: int) -> D.InterpolatingSchedule:
@@ -249,9 +249,11 @@ def unigram_entropy(samples: np.ndarray, vocab: int) -> float:
 
 @eqx.filter_jit
 def _nelbo_batch(net, schedule, x, key, parameterization, num_times):
-    return jax.vmap(lambda xi, k: D.nelbo(net, schedule, xi, k, parameterization, num_times))(
-        x, jr.split(key, x.shape[0])
-    )
+    return jax.vmap(
+        lambda xi, k: D.nelbo(
+            net, xi, k, schedule=schedule, parameterization=parameterization, num_times=num_times
+        )
+    )(x, jr.split(key, x.shape[0]))
 
 
 class Trained(NamedTuple):

@@ -260,9 +260,9 @@ def regression_loss(model, batch, key):
 def smf_loss(model, batch, key, *, teacher, flow_ratio, time_sampler, full_interval_ratio):
     return splitmeanflow_loss(
         model,
-        teacher,
         batch,
         key,
+        teacher=teacher,
         flow_ratio=flow_ratio,
         time_sampler=time_sampler,
         full_interval_ratio=full_interval_ratio,

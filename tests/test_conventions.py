@@ -65,18 +65,6 @@ LOSS_EXEMPT = {
     "bridges.path_loss": "as `full_tree_loss`, on a batch of leaf paths",
     "flows.fake_score_loss": "one player of the two-network score-distillation step",
     "flows.vsd_loss": "one player of the two-network score-distillation step",
-    # Known deviations, left for their families (a second model-side object before the batch;
-    # plug them into `fit` with a lambda, e.g. ``lambda m, b, k: gidd_loss(m, schedule, b, k)``).
-    "flows.splitmeanflow_loss": "(student, teacher, batch, key): the teacher is positional",
-    "discrete.gidd_loss": "(model, schedule, x, key): the noise schedule is positional",
-    "discrete.mdlm_loss": "(model, schedule, x, key): the noise schedule is positional",
-    "discrete.nelbo": "(model, schedule, x, key): the noise schedule is positional",
-    "discrete.neural_ctmc_loss": "(model, schedule, x, key): the noise schedule is positional",
-    "discrete.sedd_loss": "(model, schedule, x, key): the noise schedule is positional",
-    "deconvolution.convmmd_loss": (
-        "(prior, x, scales, *, key, ...): a U-statistic of the two arrays; `fit_convmmd` adapts it"
-    ),
-    "deconvolution.convmmd_loss_gmm_marginal": "as `convmmd_loss`",
 }
 
 # Functions that build a module (constructors): `key` keyword-only, like equinox.

@@ -77,7 +77,7 @@ def _gmm_convmmd():
     x = jr.normal(k[1], (24, 2))
     scales = 0.3 * jnp.ones((24, 2))
     return (
-        lambda gmm, x, s, h: deconvolution.convmmd_loss_gmm_closed(gmm, x, s, bandwidths=h),
+        lambda gmm, x, s, h: deconvolution.convmmd_loss_gmm_closed(gmm, (x, s), bandwidths=h),
         (gmm, x, scales, jnp.array([0.5, 1.0, 2.0])),
     )
 

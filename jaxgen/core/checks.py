@@ -42,6 +42,7 @@ __all__ = [
     "check_probabilities",
     "check_rank",
     "check_shape",
+    "check_tuple",
     "is_traced",
 ]
 
@@ -157,6 +158,29 @@ def check_shape(x: ArrayLike, shape: tuple[int | None, ...], name: str) -> Array
         want = "(" + ", ".join("*" if s is None else str(s) for s in shape) + ")"
         raise ValueError(f"`{name}` must have shape {want}, got {arr.shape}.")
     return arr
+
+
+def check_tuple(
+    value: Any, length: int, name: str, *, layout: str | None = None
+) -> tuple[Any, ...]:
+    """A tuple (or list) of ``length`` entries, such as a batch ``(x, scales)``, as a tuple.
+
+    ``layout`` such as ``"(x, scales)"`` is named in the message. The entries themselves are
+    checked by the caller (each under its own name).
+
+    Raises:
+        TypeError: naming ``name``, the expected length (and layout) and what was given.
+    """
+    if isinstance(value, tuple | list) and len(value) == length:
+        return tuple(value)
+    want = f"a tuple {layout} of {length} entries" if layout else f"a tuple of {length} entries"
+    if isinstance(value, tuple | list):
+        given = f"a {type(value).__name__} of {len(value)} entries"
+    elif hasattr(value, "shape") and hasattr(value, "dtype"):
+        given = f"an array of shape {tuple(value.shape)}"
+    else:
+        given = type(value).__name__
+    raise TypeError(f"`{name}` must be {want}, got {given}.")
 
 
 def check_finite(x: ArrayLike, name: str) -> Array:

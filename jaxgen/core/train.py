@@ -26,7 +26,15 @@ from jax.sharding import Mesh, PartitionSpec
 from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
 
 from .checkpoint import load_latest_checkpoint, prune_checkpoints, save_checkpoint
-from .checks import check_choice, check_key
+from .checks import (
+    check_choice,
+    check_in_interval,
+    check_key,
+    check_nonnegative,
+    check_positive,
+    check_positive_int,
+    is_traced,
+)
 from .mesh import (
     ShardingRule,
     fsdp_rule,
@@ -298,7 +306,7 @@ def _sample_rows(data: PyTree, key: PRNGKeyArray, *, batch_size: int) -> PyTree:
 
 
 def adamw_cosine(
-    learning_rate: float,
+    learning_rate: float | Float[Array, ""],
     num_steps: int,
     *,
     warmup_steps: int = 0,
@@ -327,12 +335,40 @@ def adamw_cosine(
         An optax transformation. Equal (hashable) arguments return the same object, so that
         `fit`, whose compiled chunk is keyed on the optimiser, compiles once for repeated runs
         (seeds, restarts, arms sharing a recipe).
+
+    Raises:
+        ValueError: ``learning_rate`` or ``clip_norm`` not finite and > 0, ``weight_decay`` not
+            finite and >= 0, ``b1`` or ``b2`` outside ``[0, 1)``, ``num_steps`` or
+            ``warmup_steps`` not an int >= 0 (numbers are checked now; a traced value carries
+            the check into the optimiser).
     """
+    if callable(learning_rate):
+        raise TypeError(
+            "`learning_rate` must be a number (the peak of the warm-up-cosine schedule), got "
+            f"{type(learning_rate).__name__}; pass a schedule to optax.adamw directly."
+        )
+    learning_rate = _checked(check_positive, learning_rate, "learning_rate")
+    num_steps = check_positive_int(num_steps, "num_steps", minimum=0)
+    warmup_steps = check_positive_int(warmup_steps, "warmup_steps", minimum=0)
+    weight_decay = _checked(check_nonnegative, weight_decay, "weight_decay")
+    if clip_norm is not None:
+        clip_norm = _checked(check_positive, clip_norm, "clip_norm")
+    b1 = _checked(check_in_interval, b1, "b1", 0.0, 1.0, closed=(True, False))
+    b2 = _checked(check_in_interval, b2, "b2", 0.0, 1.0, closed=(True, False))
     args = (learning_rate, num_steps, warmup_steps, weight_decay, clip_norm, b1, b2, mask)
     try:
         return _adamw_cosine(*args)
     except TypeError:  # an unhashable argument (an array learning rate, a pytree mask)
         return _adamw_cosine.__wrapped__(*args)
+
+
+def _checked(check: Callable[..., Any], value: Any, *args: Any, **kwargs: Any) -> Any:
+    """``check(value, ...)``; a concrete value is kept as given (a Python float stays hashable for
+    the optimiser cache; its check has already raised if it failed), a traced one is replaced by
+    the checked array that carries the run-time check.
+    """
+    out = check(value, *args, **kwargs)
+    return out if is_traced(value) else value
 
 
 @functools.lru_cache(maxsize=64)

@@ -18,7 +18,7 @@ from ..core import (
     fit,
     minibatches,
 )
-from ..core.checks import check_module
+from ..core.checks import check_module, check_tuple
 from ._losses import (
     check_bandwidths,
     convmmd_loss,
@@ -44,25 +44,22 @@ class ConvMMDResult(FitResult):
 
 
 # Module-level losses: wrapped in `eqx.Partial` (a pytree: bandwidths stay dynamic), so repeated
-# `fit_convmmd` calls with the same shapes reuse the compiled training chunk.
+# `fit_convmmd` calls with the same shapes reuse the compiled training chunk. The public losses
+# already have fit's form (prior, (x, scales), key, *, options); these only drop the options a
+# loss does not take, so that every loss gets the same keywords.
 def _sample_loss(prior, batch, key, *, noise, bandwidths, kernel):
-    x, scales = batch
-    return convmmd_loss(
-        prior, x, scales, key=key, noise=noise, bandwidths=bandwidths, kernel=kernel
-    )
+    return convmmd_loss(prior, batch, key, noise=noise, bandwidths=bandwidths, kernel=kernel)
 
 
 def _marginal_loss(prior, batch, key, *, noise, bandwidths, kernel):
-    x, scales = batch
     return convmmd_loss_gmm_marginal(
-        prior, x, scales, key=key, noise=noise, bandwidths=bandwidths, kernel=kernel
+        prior, batch, key, noise=noise, bandwidths=bandwidths, kernel=kernel
     )
 
 
 def _closed_loss(prior, batch, key, *, noise, bandwidths, kernel):
-    del key, noise, kernel
-    x, scales = batch
-    return convmmd_loss_gmm_closed(prior, x, scales, bandwidths=bandwidths)
+    del noise, kernel
+    return convmmd_loss_gmm_closed(prior, batch, key, bandwidths=bandwidths)
 
 
 @eqx.filter_jit
@@ -166,9 +163,7 @@ def fit_convmmd(
         ``bandwidths``.
     """
     check_fit_options(fit_options)
-    if callable(data) or not isinstance(data, tuple | list) or len(data) != 2:
-        raise TypeError(f"`data` must be the arrays (x, scales), got {type(data).__name__}.")
-    x, scales = data
+    x, scales = check_tuple(data, 2, "data", layout="(x, scales)")
     if loss not in LOSSES:
         raise ValueError(f"`loss` must be one of {LOSSES}, got {loss!r}.")
     check_module(prior, AbstractPrior, "prior")

@@ -25,7 +25,7 @@ import jax.random as jr
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from ..core import check_kernel, kernel_gram, mmd2_from_grams, pairwise_sq_dists
-from ..core.checks import check_module, check_nonnegative, check_positive
+from ..core.checks import check_module, check_nonnegative, check_positive, check_tuple
 from ._noise import (
     AbstractNoiseModel,
     GaussianNoise,
@@ -101,6 +101,11 @@ def quantile_bandwidths(
     return qs / (math.log10(2 * x.shape[0]) * math.sqrt(x.shape[1]))
 
 
+def _unpack(batch: tuple[Array, Array]) -> tuple[Array, Array]:
+    """``batch = (x, scales)``, the form `jaxgen.core.fit` passes (see `fit_convmmd`)."""
+    return check_tuple(batch, 2, "batch", layout="(x, scales)")
+
+
 def _prepare(x: Array, scales: Array, noise: AbstractNoiseModel, bandwidths: Array, kernel: str):
     x = check_observations(x)
     scales = check_scales(scales, x.shape, noise)
@@ -111,10 +116,9 @@ def _prepare(x: Array, scales: Array, noise: AbstractNoiseModel, bandwidths: Arr
 @eqx.filter_jit  # one program per shape/noise/kernel: direct calls do not dispatch op by op
 def convmmd_loss(
     prior: AbstractPrior,
-    x: Float[Array, "b dim"],
-    scales: Float[Array, "b ..."],
-    *,
+    batch: tuple[Float[Array, "b dim"], Float[Array, "b ..."]],
     key: PRNGKeyArray,
+    *,
     noise: AbstractNoiseModel,
     bandwidths: Float[Array, " H"],
     kernel: str = "gaussian",
@@ -124,12 +128,14 @@ def convmmd_loss(
     Draw j of the batch is $G_\theta(u_j) + \varepsilon_j$ with $\varepsilon_j$ drawn at
     ``scales[j]`` (the batch's own scales). Gradients are pathwise through ``prior.sample``:
     a `GaussianMixture` samples discrete labels, so its weights get no gradient here (use
-    `convmmd_loss_gmm_marginal` or `convmmd_loss_gmm_closed`).
+    `convmmd_loss_gmm_marginal` or `convmmd_loss_gmm_closed`). The form ``(prior, batch, key,
+    *, options)`` plugs into `jaxgen.core.fit` through ``functools.partial(convmmd_loss,
+    noise=..., bandwidths=...)``; `fit_convmmd` does this.
 
     Args:
         prior: an `AbstractPrior`; only ``sample(key, num) -> (num, dim)`` is used.
-        x: observation batch (b >= 2, dim).
-        scales: its noise scales, (b, dim) sds or (b, dim, dim) Cholesky factors.
+        batch: the pair ``(x, scales)``: observations (b >= 2, dim) and their noise scales,
+            (b, dim) sds or (b, dim, dim) Cholesky factors.
         key: PRNG key for the model draws and the simulated noise.
         noise: the known `AbstractNoiseModel`.
         bandwidths: (H,) fixed kernel bandwidths (see `quantile_bandwidths`).
@@ -140,6 +146,7 @@ def convmmd_loss(
     """
     check_module(prior, AbstractPrior, "prior")
     noise = _check_noise(noise)
+    x, scales = _unpack(batch)
     x, scales, h = _prepare(x, scales, noise, bandwidths, kernel)
     zkey, ekey = jr.split(key)
     sim = prior.sample(zkey, x.shape[0]) + noise.sample(ekey, scales)
@@ -154,13 +161,12 @@ def convmmd_loss(
 @eqx.filter_jit  # one program per shape/noise/kernel: direct calls do not dispatch op by op
 def convmmd_loss_gmm_marginal(
     gmm: GaussianMixture,
-    x: Float[Array, "b dim"],
-    scales: Float[Array, "b ..."],
+    batch: tuple[Float[Array, "b dim"], Float[Array, "b ..."]],
+    key: PRNGKeyArray,
     *,
     noise: AbstractNoiseModel,
     bandwidths: Float[Array, " H"],
     kernel: str = "gaussian",
-    key: PRNGKeyArray,
 ) -> Float[Array, ""]:
     r"""ConvMMD loss of a Gaussian mixture with the component labels marginalised.
 
@@ -177,6 +183,7 @@ def convmmd_loss_gmm_marginal(
     if not isinstance(gmm, GaussianMixture):
         raise TypeError(f"`gmm` must be a GaussianMixture, got {type(gmm).__name__}.")
     noise = _check_noise(noise)
+    x, scales = _unpack(batch)
     x, scales, h = _prepare(x, scales, noise, bandwidths, kernel)
     b, d = x.shape
     k = gmm.num_components
@@ -206,8 +213,8 @@ def _gauss_expect(delta: Array, cov: Array, h2: Array) -> Array:
 @eqx.filter_jit  # one program per shape/noise/kernel: direct calls do not dispatch op by op
 def convmmd_loss_gmm_closed(
     gmm: GaussianMixture,
-    x: Float[Array, "b dim"],
-    scales: Float[Array, "b ..."],
+    batch: tuple[Float[Array, "b dim"], Float[Array, "b ..."]],
+    key: PRNGKeyArray | None = None,
     *,
     bandwidths: Float[Array, " H"],
 ) -> Float[Array, ""]:
@@ -227,8 +234,10 @@ def convmmd_loss_gmm_closed(
 
     Args:
         gmm: the `GaussianMixture` prior.
-        x: observation batch (b >= 2, dim).
-        scales: Gaussian noise scales (b, dim) sds or (b, dim, dim) Cholesky factors.
+        batch: the pair ``(x, scales)``: observations (b >= 2, dim) and their Gaussian noise
+            scales, (b, dim) sds or (b, dim, dim) Cholesky factors.
+        key: unused (the value is deterministic); accepted so that the loss has the form
+            ``(model, batch, key, *, options)`` of `jaxgen.core.fit`.
         bandwidths: (H,) fixed Gaussian-kernel bandwidths.
 
     Returns:
@@ -236,6 +245,8 @@ def convmmd_loss_gmm_closed(
     """
     if not isinstance(gmm, GaussianMixture):
         raise TypeError(f"`gmm` must be a GaussianMixture, got {type(gmm).__name__}.")
+    del key  # deterministic
+    x, scales = _unpack(batch)
     x, scales, h = _prepare(x, scales, GaussianNoise(), bandwidths, "gaussian")
     b, d = x.shape
     w, mu, s = gmm.weights, gmm.means, gmm.covs

@@ -6,6 +6,9 @@ with low-discrepancy times ``t_b = eps + (1 - 2 eps)((b + u)/B mod 1)`` (fresh `
 is an upper bound on ``-log p_theta(x) / L`` in nats (``q_1`` equals the prior for all three
 families, so there is no prior term).
 
+Every loss reads ``(model, x, key, *, schedule, options)``, so
+``functools.partial(mdlm_loss, schedule=schedule)`` is a loss for `jaxgen.core.fit`.
+
 References:
     Neural CTMC: Li et al., arXiv 2604.15694; MDLM: Sahoo et al., arXiv 2406.07524;
     GIDD: von Ruette et al., arXiv 2503.04482; SEDD: Lou et al., arXiv 2310.16834.
@@ -18,6 +21,7 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
+from ..core.checks import check_in_interval, check_positive_int, check_rank
 from ._ctmc import (
     _check_schedule,
     _path_kl,
@@ -33,13 +37,16 @@ from ._schedules import AbstractSchedule, check_tokens
 T_EPS = 1e-3  # times are kept in [eps, 1 - eps] (rates blow up at the ends)
 
 
-def _check(model: AbstractRateModel, schedule: AbstractSchedule, x: Array, ndim: int) -> Array:
+def _check(
+    model: AbstractRateModel, schedule: AbstractSchedule, x: Array, ndim: int, t_eps: float
+) -> Array:
     _check_schedule(schedule)
     check_rate_model(model, schedule)
-    x = jnp.asarray(x)
-    if x.ndim != ndim:
-        shape = "(B, L)" if ndim == 2 else "(L,)"
-        raise ValueError(f"`x` must have shape {shape}, got {x.shape}.")
+    check_in_interval(t_eps, "t_eps", 0.0, 0.5, closed=(True, False))
+    shape = "(B, L)" if ndim == 2 else "(L,)"
+    x = check_rank(x, ndim, "x", layout=shape)
+    if x.size == 0:  # an empty mean is NaN
+        raise ValueError(f"`x` must have shape {shape} with no empty axis, got {x.shape}.")
     return check_tokens(x, schedule.num_tokens, "x")
 
 
@@ -106,9 +113,10 @@ def _batch_loss(integrand: Integrand, model, schedule, x, key, t_eps):
 
 def neural_ctmc_loss(
     model: AbstractRateModel,
-    schedule: AbstractSchedule,
     x: Int[Array, "B L"],
     key: PRNGKeyArray,
+    *,
+    schedule: AbstractSchedule,
     t_eps: float = T_EPS,
     parameterization: str = "ctmc",
 ) -> Float[Array, ""]:
@@ -122,7 +130,10 @@ def neural_ctmc_loss(
     Args:
         model: an `AbstractRateModel` (e.g. `DiffusionTransformer`) with ``vocab_size ==
             schedule.vocab_size``.
-        schedule: uniform, masked or GIDD. x: clean ids ``int[B, L]`` in ``[0, N)``. key: PRNG key.
+        x: clean ids ``int[B, L]`` in ``[0, N)``. key: PRNG key.
+        schedule: uniform, masked or GIDD (keyword-only, so that
+            ``functools.partial(neural_ctmc_loss, schedule=schedule)`` plugs into
+            `jaxgen.core.fit`).
         t_eps: times are drawn in ``[t_eps, 1 - t_eps]``.
         parameterization: how the two heads are read as rates (`model_rates`): ``"ctmc"`` (the
             paper's exit-rate and jump heads), ``"x0"`` or ``"score"`` (the same path KL for an
@@ -131,15 +142,16 @@ def neural_ctmc_loss(
     Returns:
         scalar loss (nats per token).
     """
-    x = _check(model, schedule, x, 2)
+    x = _check(model, schedule, x, 2, t_eps)
     return _batch_loss(_path_integrand_checked(parameterization), model, schedule, x, key, t_eps)
 
 
 def gidd_loss(
     model: AbstractRateModel,
-    schedule: AbstractSchedule,
     x: Int[Array, "B L"],
     key: PRNGKeyArray,
+    *,
+    schedule: AbstractSchedule,
     t_eps: float = T_EPS,
     weighting: str = "elbo",
 ) -> Float[Array, ""]:
@@ -147,7 +159,7 @@ def gidd_loss(
 
     With the uniform schedule this is the uniform x_hat baseline (UDLM-like).
     """
-    x = _check(model, schedule, x, 2)
+    x = _check(model, schedule, x, 2, t_eps)
     if weighting not in ("elbo", "clip", "dynamic"):
         raise ValueError(f"`weighting` must be 'elbo', 'clip' or 'dynamic', got {weighting!r}.")
     return _batch_loss(_gidd_integrand(weighting), model, schedule, x, key, t_eps)
@@ -156,19 +168,20 @@ def gidd_loss(
 def _single_objective(
     integrand: Integrand, name: str, summary: str, requires: tuple[str, str] | None = None
 ) -> Callable[..., Array]:
-    """A batch loss ``(model, schedule, x, key, t_eps=T_EPS) -> scalar`` for one integrand.
+    """A batch loss ``(model, x, key, *, schedule, t_eps=T_EPS) -> scalar`` for one integrand.
 
     ``requires = (method, kind)``: the loss is defined for schedules of that kind only.
     """
 
     def loss(
         model: AbstractRateModel,
-        schedule: AbstractSchedule,
         x: Int[Array, "B L"],
         key: PRNGKeyArray,
+        *,
+        schedule: AbstractSchedule,
         t_eps: float = T_EPS,
     ) -> Float[Array, ""]:
-        x = _check(model, schedule, x, 2)
+        x = _check(model, schedule, x, 2, t_eps)
         if requires is not None:
             _require_kind(schedule, *requires)
         return _batch_loss(integrand, model, schedule, x, key, t_eps)
@@ -179,7 +192,9 @@ def _single_objective(
     Args:
         model: an `AbstractRateModel` (e.g. `DiffusionTransformer`) with ``vocab_size ==
             schedule.vocab_size``.
-        schedule: the forward process. x: clean ids ``int[B, L]``. key: PRNG key.
+        x: clean ids ``int[B, L]``. key: PRNG key.
+        schedule: the forward process (keyword-only: ``functools.partial(loss,
+            schedule=schedule)`` plugs into `jaxgen.core.fit`).
         t_eps: times are drawn in ``[t_eps, 1 - t_eps]``.
 
     Returns:
@@ -203,9 +218,10 @@ sedd_loss = _single_objective(
 
 def nelbo(
     model: AbstractRateModel,
-    schedule: AbstractSchedule,
     x: Int[Array, " L"],
     key: PRNGKeyArray,
+    *,
+    schedule: AbstractSchedule,
     parameterization: str = "ctmc",
     num_times: int = 64,
     num_noise: int = 1,
@@ -219,11 +235,10 @@ def nelbo(
     for nats per token. Times outside ``[t_eps, 1 - t_eps]`` are dropped (the bound then misses
     those end intervals, ``O(t_eps)``).
     """
-    x = _check(model, schedule, x, 1)
+    x = _check(model, schedule, x, 1, t_eps)
     integrand = _path_integrand_checked(parameterization)
-    for name, val in (("num_times", num_times), ("num_noise", num_noise)):
-        if not isinstance(val, int) or val < 1:
-            raise ValueError(f"`{name}` must be an int >= 1, got {val!r}.")
+    num_times = check_positive_int(num_times, "num_times")
+    num_noise = check_positive_int(num_noise, "num_noise")
     kt, kz = jr.split(key)
     t = jnp.repeat(stratified_times(kt, num_times, t_eps), num_noise)
     z = jax.vmap(lambda k, ti: schedule.sample(k, x, ti))(jr.split(kz, t.shape[0]), t)

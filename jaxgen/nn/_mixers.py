@@ -15,6 +15,7 @@ References:
 
 import abc
 import math
+from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
@@ -25,7 +26,7 @@ import jax.tree_util as jtu
 import optax
 from jaxtyping import Array, Float, PRNGKeyArray, PyTree
 
-from ..core.checks import check_nonnegative, check_positive_int
+from ..core.checks import check_module, check_nonnegative, check_positive_int
 from ._continued_fraction import _cf_log_positive_axis, _cf_signed_logexp, _check_eps, cf_value
 from ._layers import LinearAdapter, adapted_linear, init_normal
 
@@ -389,18 +390,52 @@ class MoEMixer(AbstractChannelMixer):
         return out, aux
 
 
-def make_mixer(name: str, dim: int, *, key: PRNGKeyArray, **kwargs: Any) -> AbstractChannelMixer:
-    """Build a channel mixer by name (one of ``MIXERS``); ``kwargs`` go to its constructor."""
-    classes = {
-        "mlp": MLPMixer,
-        "swiglu": SwiGLUMixer,
-        "moe": MoEMixer,
-        "cofrgenet": CffnMixer,
-        "gated_cofrgenet": GatedCFMixer,
-    }
-    if name not in classes:
-        raise ValueError(f"unknown mixer {name!r}; expected one of {list(MIXERS)}.")
-    return classes[name](dim, key=key, **kwargs)
+#: A user's mixer factory ``(dim, *, key, **kwargs) -> AbstractChannelMixer`` (e.g. the class
+#: of an equinox module whose constructor reads so).
+MixerFactory = Callable[..., AbstractChannelMixer]
+
+
+def make_mixer(
+    mixer: str | MixerFactory, dim: int, *, key: PRNGKeyArray, **kwargs: Any
+) -> AbstractChannelMixer:
+    """Build a channel mixer by name (one of ``MIXERS``) or with a user factory.
+
+    Args:
+        mixer: a name in ``MIXERS``, or a factory ``(dim, *, key, **kwargs) ->
+            AbstractChannelMixer`` such as your own subclass (its result is checked against
+            the interface and ``dim``).
+        dim: model width; the mixer maps ``R^dim -> R^dim``.
+        key: PRNG key.
+        **kwargs: passed to the constructor (or the factory).
+
+    Raises:
+        ValueError: an unknown name, or a factory whose mixer has another ``dim``.
+        TypeError: ``mixer`` neither a name nor callable, or a factory that does not return an
+            `AbstractChannelMixer`.
+    """
+    if isinstance(mixer, str):
+        classes = {
+            "mlp": MLPMixer,
+            "swiglu": SwiGLUMixer,
+            "moe": MoEMixer,
+            "cofrgenet": CffnMixer,
+            "gated_cofrgenet": GatedCFMixer,
+        }
+        if mixer not in classes:
+            raise ValueError(f"unknown mixer {mixer!r}; expected one of {list(MIXERS)}.")
+        return classes[mixer](dim, key=key, **kwargs)
+    if not callable(mixer):
+        raise TypeError(
+            f"`mixer` must be one of {list(MIXERS)} or a factory (dim, *, key, **kwargs) -> "
+            f"AbstractChannelMixer, got {type(mixer).__name__}."
+        )
+    built = check_module(mixer(dim, key=key, **kwargs), AbstractChannelMixer, "mixer")
+    if built.dim != dim:
+        raise ValueError(
+            f"`mixer` must map R^{dim} -> R^{dim} (the model width), its factory built a "
+            f"mixer with dim {built.dim}."
+        )
+    return built
 
 
 # ---------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import jax.random as jr
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from ._layers import LinearAdapter, MultiHeadAttention, RMSNorm, TimeEmbedding, init_normal
-from ._mixers import AbstractAdaptableMixer, AbstractChannelMixer, make_mixer
+from ._mixers import AbstractAdaptableMixer, AbstractChannelMixer, MixerFactory, make_mixer
 
 POSITIONS = ("rotary", "learned")
 
@@ -34,7 +34,7 @@ class TransformerBlock(eqx.Module):
         self,
         dim: int,
         num_heads: int,
-        mixer: str,
+        mixer: str | MixerFactory,
         mixer_kwargs: dict[str, Any],
         *,
         rotary: bool,
@@ -47,7 +47,7 @@ class TransformerBlock(eqx.Module):
         self.attn = MultiHeadAttention(dim, num_heads, rotary=rotary, key=ka, out_std=out_std)
         self.mixer_norm = RMSNorm(dim)
         kwargs = dict(mixer_kwargs)
-        if mixer != "moe":
+        if isinstance(mixer, str) and mixer != "moe":  # a user factory gets only its kwargs
             kwargs.setdefault("out_std", out_std)
         self.mixer = make_mixer(mixer, dim, key=km, **kwargs)
         self.modulation = jnp.zeros((4 * dim, dim)) if time_conditioning else None
@@ -128,7 +128,9 @@ class Transformer(AbstractCausalLM):
     Args (constructor):
         vocab_size: number of input token ids (include special ids such as a mask id).
         dim: model width; num_layers; num_heads; max_len: longest sequence accepted.
-        mixer: one of ``jaxgen.nn.MIXERS``; mixer_kwargs: passed to its constructor.
+        mixer: one of ``jaxgen.nn.MIXERS``, or a factory ``(dim, *, key, **mixer_kwargs) ->
+            AbstractChannelMixer`` (e.g. your own subclass; see `make_mixer`), called once per
+            block; mixer_kwargs: passed to its constructor.
         causal: causal (autoregressive LM) or bidirectional attention.
         positions: ``"rotary"`` or ``"learned"`` absolute embeddings.
         tie_embeddings: reuse the input embedding as output head (needs ``out_size ==
@@ -163,7 +165,7 @@ class Transformer(AbstractCausalLM):
         max_len: int,
         *,
         key: PRNGKeyArray,
-        mixer: str = "swiglu",
+        mixer: str | MixerFactory = "swiglu",
         mixer_kwargs: dict[str, Any] | None = None,
         causal: bool = True,
         positions: str = "rotary",

@@ -14,9 +14,13 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from jaxgen.core import FitOptions, FitResult, adamw_cosine, check_fit_options, fit, solve_ode
 from jaxgen.core.checks import (
+    check_finite,
     check_in_interval,
     check_positive,
     check_positive_int,
+    check_rank,
+    check_shape,
+    check_tuple,
 )
 
 from ._flow import TransitionFlow, _frozen_gaussian_reference, flow_parameters, from_y
@@ -307,10 +311,26 @@ def flow_at(flow: TransitionFlow, path: ThetaPath, index: int = -1) -> Transitio
 
 
 def spacetime_loss(flow: TransitionFlow, batch: tuple, key: PRNGKeyArray) -> Float[Array, ""]:
-    """Mean squared FP residual in log time, (t R)², over a batch (t, x0, lam, zeta)."""
+    """Mean squared FP residual in log time, (t R)², over a batch (t, x0, lam, zeta).
+
+    ``batch = (t (B,), x0 (B, dim), lam (B, p), zeta (B, dim))``, as `fit_spacetime` draws it:
+    the structure and shapes are checked at trace time, the times (finite, > 0), the states
+    (`check_state`), the parameters (`check_params`) and ``zeta`` (finite) as values.
+    """
     del key
-    ts, x0s, lams, zetas = batch
+    ts, x0s, lams, zetas = check_tuple(batch, 4, "batch", layout="(t, x0, lam, zeta)")
     model = flow.model
+    ts = check_rank(ts, 1, "t", layout="(B,)")
+    x0s = model.check_state(check_rank(x0s, 2, "x0", layout="(B, dim)"), "x0")
+    zetas = check_finite(check_shape(zetas, x0s.shape, "zeta"), "zeta")
+    lams = check_rank(lams, 2, "lam", layout="(B, p)")
+    if not ts.shape[0] == x0s.shape[0] == lams.shape[0] >= 1:
+        raise ValueError(
+            "`t` (B,), `x0` (B, dim), `lam` (B, p) and `zeta` (B, dim) must share B >= 1, got "
+            f"{ts.shape}, {x0s.shape}, {lams.shape} and {zetas.shape}."
+        )
+    ts = check_positive(ts, "t")
+    lams = jax.vmap(model.check_params)(lams)
 
     def one(t: Array, x0: Array, lam: Array, zeta: Array) -> Array:
         m, chol = _frozen_gaussian_reference(model, x0, lam, t)

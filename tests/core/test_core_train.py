@@ -386,3 +386,39 @@ def test_fit_chunking_bad_input(getkey):
         fit(*args, num_steps=3, key=getkey(), callback=lambda *a: None, callback_every=0)
     with pytest.raises(ValueError, match="without a `callback`"):
         fit(*args, num_steps=3, key=getkey(), callback_every=2)
+
+
+def test_adamw_cosine_checks_its_hyperparameters():
+    from jaxgen.core import adamw_cosine
+
+    bad = [
+        ({"learning_rate": float("nan")}, ValueError, r"`learning_rate` must be finite and > 0"),
+        ({"learning_rate": 0.0}, ValueError, r"`learning_rate` must be finite and > 0"),
+        ({"learning_rate": -1e-3}, ValueError, r"`learning_rate` must be finite and > 0"),
+        ({"learning_rate": jnp.array(-1.0)}, ValueError, r"`learning_rate` must be finite"),
+        ({"learning_rate": optax.constant_schedule(1e-3)}, TypeError, r"learning_rate"),
+        ({"num_steps": -1}, ValueError, r"`num_steps` must be an int >= 0, got -1"),
+        ({"num_steps": 10.0}, (ValueError, TypeError), r"num_steps"),  # ours or jaxtyping's
+        ({"warmup_steps": -2}, ValueError, r"`warmup_steps` must be an int >= 0"),
+        ({"weight_decay": -1e-4}, ValueError, r"`weight_decay` must be finite and >= 0"),
+        ({"weight_decay": float("inf")}, ValueError, r"`weight_decay` must be finite and >= 0"),
+        ({"clip_norm": 0.0}, ValueError, r"`clip_norm` must be finite and > 0"),
+        ({"clip_norm": float("nan")}, ValueError, r"`clip_norm` must be finite and > 0"),
+        ({"b1": 1.0}, ValueError, r"`b1` must lie in \[0.0, 1.0\)"),
+        ({"b2": float("nan")}, ValueError, r"`b2` must lie in \[0.0, 1.0\)"),
+    ]
+    for change, error, match in bad:
+        kwargs = {"learning_rate": 1e-3, "num_steps": 10} | change
+        with pytest.raises(error, match=match):
+            adamw_cosine(**kwargs)
+    # valid edge values: no steps, no decay, no clipping
+    assert adamw_cosine(1e-3, 0, weight_decay=0.0, clip_norm=None) is not None
+    # equal arguments give the same (cached) object; a concrete array learning rate is accepted
+    assert adamw_cosine(2e-3, 5) is adamw_cosine(2e-3, 5)
+    # closed form of the first step without warm-up, decay or clipping: Adam's bias-corrected
+    # update is -lr g / (|g| + eps) = -lr sign(g) (up to eps = 1e-8)
+    params, grads = jnp.ones(3), jnp.array([1.0, -2.0, 0.5])
+    for lr in (0.1, jnp.asarray(0.1)):
+        opt = adamw_cosine(lr, 10, weight_decay=0.0, clip_norm=None)
+        updates, _ = opt.update(grads, opt.init(params), params)
+        np.testing.assert_allclose(updates, -0.1 * jnp.sign(grads), rtol=1e-6)

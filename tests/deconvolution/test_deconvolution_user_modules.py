@@ -86,8 +86,8 @@ def test_user_noise_matches_the_builtin():
     x, s = _data(64)
     prior = NormalPrior(jnp.array([1.0]), jnp.array([0.0]))
     h = jnp.array([0.5, 1.0])
-    ours = convmmd_loss(prior, x, s, key=jr.key(1), noise=SdGaussian(), bandwidths=h)
-    builtin = convmmd_loss(prior, x, s, key=jr.key(1), noise=GaussianNoise(), bandwidths=h)
+    ours = convmmd_loss(prior, (x, s), jr.key(1), noise=SdGaussian(), bandwidths=h)
+    builtin = convmmd_loss(prior, (x, s), jr.key(1), noise=GaussianNoise(), bandwidths=h)
     np.testing.assert_allclose(ours, builtin, rtol=1e-6)
     assert isinstance(NoiseModel("gaussian"), GaussianNoise)  # the `kind=` path still works
 
@@ -125,6 +125,6 @@ def test_slots_reject_non_conforming_modules():
 
     h = jnp.array([1.0])
     with pytest.raises(TypeError, match=r"noise[\s\S]*AbstractNoiseModel"):
-        convmmd_loss(prior, x, s, key=jr.key(0), noise=Plain(), bandwidths=h)
+        convmmd_loss(prior, (x, s), jr.key(0), noise=Plain(), bandwidths=h)
     with pytest.raises(TypeError, match=r"prior[\s\S]*AbstractPrior"):
-        convmmd_loss(Plain(), x, s, key=jr.key(0), noise=GaussianNoise(), bandwidths=h)
+        convmmd_loss(Plain(), (x, s), jr.key(0), noise=GaussianNoise(), bandwidths=h)

@@ -38,19 +38,19 @@ def test_bad_input(tiny):
     with pytest.raises(TypeError, match="log_rate_model"):  # jaxtyping's check comes first
         D.poisson_kl(jnp.ones(2), jnp.ones(3))
     with pytest.raises(ValueError, match="`weighting` must be"):
-        D.gidd_loss(model, s, x[None, :], _rbg(0), weighting="snr")
+        D.gidd_loss(model, x[None, :], _rbg(0), schedule=s, weighting="snr")
     with pytest.raises(ValueError, match="`num_times` must be an int >= 1"):
-        D.nelbo(model, s, x, _rbg(0), num_times=0)
+        D.nelbo(model, x, _rbg(0), schedule=s, num_times=0)
     with pytest.raises(ValueError, match="`steps` must be an int >= 1"):
         D.sample(_rbg(0), model, s, 2, 3, 0)
     with pytest.raises(ValueError, match="`method` must be one of"):
         D.sample(_rbg(0), model, s, 2, 3, 4, method="midpoint")
     with pytest.raises(ValueError, match="vocab_size"):
-        D.neural_ctmc_loss(model, D.masked_schedule(3), x[None, :], _rbg(0))
+        D.neural_ctmc_loss(model, x[None, :], _rbg(0), schedule=D.masked_schedule(3))
     with pytest.raises(ValueError, match="MDLM needs the masked schedule"):
-        D.mdlm_loss(model, s, x[None, :], _rbg(0))
+        D.mdlm_loss(model, x[None, :], _rbg(0), schedule=s)
     with pytest.raises(Exception, match="outside the vocabulary"):
-        D.neural_ctmc_loss(model, s, jnp.array([[0, 1, 7]]), _rbg(0))
+        D.neural_ctmc_loss(model, jnp.array([[0, 1, 7]]), _rbg(0), schedule=s)
     with pytest.raises(Exception, match="non-finite exit rate"):
         D.euler_jump_step(_rbg(0), x, jnp.array([0.0, jnp.nan, 0.0]), jnp.zeros((3, 3)), 0.1)
 
@@ -126,18 +126,26 @@ def _model_losses(net, schedule, bias, x, key):
     net = eqx.tree_at(lambda m: m.exit_head.bias, net, bias)
     ctmc, grad = jax.value_and_grad(
         lambda b: D.neural_ctmc_loss(
-            eqx.tree_at(lambda m: m.exit_head.bias, net, b), schedule, x, key
+            eqx.tree_at(lambda m: m.exit_head.bias, net, b),
+            x,
+            key,
+            schedule=schedule,
         )
     )(bias)
     nelbo = jax.vmap(
         lambda xi, k: jnp.stack(
             [
-                D.nelbo(net, schedule, xi, k, "ctmc", num_times=2),
-                D.nelbo(net, schedule, xi, k, "x0", num_times=2),
+                D.nelbo(net, xi, k, schedule=schedule, parameterization="ctmc", num_times=2),
+                D.nelbo(net, xi, k, schedule=schedule, parameterization="x0", num_times=2),
             ]
         )
     )(x, jr.split(key, x.shape[0]))
-    return {"ctmc": ctmc, "grad": grad, "mdlm": D.mdlm_loss(net, schedule, x, key), "nelbo": nelbo}
+    return {
+        "ctmc": ctmc,
+        "grad": grad,
+        "mdlm": D.mdlm_loss(net, x, key, schedule=schedule),
+        "nelbo": nelbo,
+    }
 
 
 def test_losses_nelbo_and_gradient(tiny):
@@ -181,17 +189,22 @@ def test_sedd_and_gidd_losses(tiny):
     vals = eqx.filter_jit(
         lambda n, x, k: jnp.stack(
             [
-                D.sedd_loss(n, s, x, k),
-                D.gidd_loss(n, s, x, k, weighting="clip"),
-                D.gidd_loss(n, s, x, k, weighting="dynamic"),
-                D.gidd_loss(n, s, x, k),
+                D.sedd_loss(n, x, k, schedule=s),
+                D.gidd_loss(n, x, k, schedule=s, weighting="clip"),
+                D.gidd_loss(n, x, k, schedule=s),
             ]
         )
     )(net, x, _rbg(5))
     assert bool(jnp.all(jnp.isfinite(vals) & (vals > 0))), vals
+    # the dynamic weighting is defined on the GIDD schedule only (V = 4, as the masked net's)
+    sg = D.gidd_schedule(3)
+    dyn = eqx.filter_jit(D.gidd_loss)(nm, x, _rbg(5), schedule=sg, weighting="dynamic")
+    assert bool(jnp.isfinite(dyn) & (dyn > 0)), dyn
+    with pytest.raises(ValueError, match="dynamic weighting needs the gidd schedule"):
+        D.gidd_loss(net, x, _rbg(5), schedule=s, weighting="dynamic")
     # GIDD's ELBO integrand on the masked schedule is MDLM's (same times and noise)
     gidd, mdlm = eqx.filter_jit(
-        lambda n, x, k: (D.gidd_loss(n, sm, x, k), D.mdlm_loss(n, sm, x, k))
+        lambda n, x, k: (D.gidd_loss(n, x, k, schedule=sm), D.mdlm_loss(n, x, k, schedule=sm))
     )(nm, x, _rbg(6))
     np.testing.assert_allclose(gidd, mdlm, rtol=1e-10)
 
@@ -217,7 +230,7 @@ class _Pair(eqx.Module):
 
 
 def _pair_loss(pair, x, key):
-    return D.neural_ctmc_loss(pair.net, pair.schedule, x, key)
+    return D.neural_ctmc_loss(pair.net, x, key, schedule=pair.schedule)
 
 
 def _c8_ratios(num_steps, dim, batch, length):

@@ -45,20 +45,16 @@ class LinearUniform(D.AbstractSchedule):
         return 1 - t, jnp.full((self.num_tokens,), 1.0, t.dtype) * (t / self.num_tokens)
 
 
-def _loss(model, batch, key, *, schedule):
-    return D.neural_ctmc_loss(model, schedule, batch, key)
-
-
 @eqx.filter_jit
 def _ctmc_loss(model, schedule, x, key):
-    return D.neural_ctmc_loss(model, schedule, x, key)
+    return D.neural_ctmc_loss(model, x, key, schedule=schedule)
 
 
 def test_user_rate_model_loss_fit_sample():
     schedule = D.masked_schedule(N)
     data = jnp.full((16, L), 1)  # a constant sequence: learnable without context
     model = TokenTable(schedule.vocab_size)
-    loss = functools.partial(_loss, schedule=schedule)
+    loss = functools.partial(D.neural_ctmc_loss, schedule=schedule)  # plugs straight into fit
     l0 = float(_ctmc_loss(model, schedule, data, jr.key(0)))
     res = fit(
         loss,
@@ -89,7 +85,9 @@ def test_user_schedule_matches_the_builtin():
         _ctmc_loss(model, ours, x, jr.key(4)), _ctmc_loss(model, builtin, x, jr.key(4)), rtol=1e-5
     )
     with pytest.raises(ValueError, match="MDLM needs the masked schedule"):
-        D.mdlm_loss(model, ours, x, jr.key(0))  # a closed form of the built-in masked family
+        D.mdlm_loss(
+            model, x, jr.key(0), schedule=ours
+        )  # a closed form of the built-in masked family
 
 
 def test_slots_reject_non_conforming_modules():
@@ -101,8 +99,8 @@ def test_slots_reject_non_conforming_modules():
             return jnp.zeros(z.shape), jnp.zeros((*z.shape, N))
 
     with pytest.raises(TypeError, match=r"model[\s\S]*AbstractRateModel"):
-        D.neural_ctmc_loss(Plain(), schedule, x, jr.key(0))
+        D.neural_ctmc_loss(Plain(), x, jr.key(0), schedule=schedule)
     with pytest.raises(TypeError, match=r"model[\s\S]*AbstractRateModel"):
         D.sample(jr.key(0), Plain(), schedule, 2, L, 2)
     with pytest.raises(TypeError, match=r"schedule[\s\S]*AbstractSchedule"):
-        D.neural_ctmc_loss(TokenTable(N), object(), x, jr.key(0))
+        D.neural_ctmc_loss(TokenTable(N), x, jr.key(0), schedule=object())

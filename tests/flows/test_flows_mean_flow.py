@@ -58,15 +58,6 @@ gav = jax.jit(gaussian_average_velocity)
 smf_jit = eqx.filter_jit(splitmeanflow_loss)  # one compiled loss per model structure and flags
 
 
-def smf_fit_loss(model, batch, key, *, teacher):
-    """`splitmeanflow_loss` in fit's (model, batch, key) form."""
-    return splitmeanflow_loss(model, teacher, batch, key)
-
-
-def mf_fit_loss(model, batch, key, *, teacher):
-    return meanflow_loss(model, batch, key, teacher=teacher)
-
-
 def test_closed_form_matches_textbook_isc_and_boundary(triples):
     times, zs = triples
     for (r, s, t), z in zip(times, zs, strict=True):
@@ -130,9 +121,9 @@ def test_isc_target_and_loss_vanish_for_the_exact_model(toy, getkey):
     target = eqx.filter_jit(isc_target)(exact, z, 0.1, 0.45, 0.8, cond[0])
     np.testing.assert_allclose(target, exact(z, 0.1, 0.8, cond[0]), atol=1e-12)
     batch = (x[:32], cond[:32])
-    assert float(smf_jit(exact, teacher, batch, getkey())) < 1e-24
+    assert float(smf_jit(exact, batch, getkey(), teacher=teacher)) < 1e-24
     # lambda in {0, 1}: the target is the prediction, zero loss for ANY model
-    zero = smf_jit(student, None, batch, getkey(), flow_ratio=0.0, lambda_range=(0.0, 0.0))
+    zero = smf_jit(student, batch, getkey(), teacher=None, flow_ratio=0.0, lambda_range=(0.0, 0.0))
     assert float(zero) == 0.0
     isc = eqx.filter_jit(isc_target)
     for s_ in (0.8, 0.1):  # s = t (lambda = 0) and s = r (lambda = 1)
@@ -141,7 +132,7 @@ def test_isc_target_and_loss_vanish_for_the_exact_model(toy, getkey):
     assert float(jnp.max(jnp.abs(isc(student, z, 0.1, 0.45, 0.8, cond[0])
                                  - isc(student, z, 0.1, 0.8, 0.8, cond[0])))) > 0  # fmt: skip
     # ... also when every ISC interval is the one-step interval (0, 1) (z_t = eps there)
-    full = smf_jit(exact, teacher, batch, getkey(), full_interval_ratio=1.0)
+    full = smf_jit(exact, batch, getkey(), teacher=teacher, full_interval_ratio=1.0)
     assert float(full) < 1e-24
     # MeanFlow loss of the exact model with the exact teacher is 0 too (half of its r < t
     # samples on (0, 1))
@@ -159,9 +150,9 @@ def test_gradients_flow_only_through_the_prediction(toy, getkey):
 
     @eqx.filter_jit
     def grads(m):
-        own = eqx.filter_grad(lambda mm: splitmeanflow_loss(mm, teacher, batch, key))(m)
+        own = eqx.filter_grad(lambda mm: splitmeanflow_loss(mm, batch, key, teacher=teacher))(m)
         copy = eqx.filter_grad(
-            lambda mm: splitmeanflow_loss(mm, teacher, batch, key, target_model=frozen)
+            lambda mm: splitmeanflow_loss(mm, batch, key, teacher=teacher, target_model=frozen)
         )(m)
         return own, copy
 
@@ -246,31 +237,39 @@ def test_bad_inputs_raise_clear_errors(toy, getkey):
         isc_target(exact, jnp.zeros(4), 0.5, 0.2, 0.8, cond[0])
     batch = (x[:8], cond[:8])
     with pytest.raises(ValueError, match="flow_ratio"):
-        splitmeanflow_loss(student, teacher, batch, getkey(), flow_ratio=1.5)
+        splitmeanflow_loss(student, batch, getkey(), teacher=teacher, flow_ratio=1.5)
     with pytest.raises(ValueError, match="time_sampler"):
-        splitmeanflow_loss(student, teacher, batch, getkey(), time_sampler="beta")
+        splitmeanflow_loss(student, batch, getkey(), teacher=teacher, time_sampler="beta")
     with pytest.raises(ValueError, match="batch size"):
-        splitmeanflow_loss(student, teacher, (x[:8], cond[:7]), getkey())
+        splitmeanflow_loss(student, (x[:8], cond[:7]), getkey(), teacher=teacher)
     with pytest.raises(ValueError, match="lambda_range"):
-        splitmeanflow_loss(student, teacher, batch, getkey(), lambda_range=(0.9, 0.1))
+        splitmeanflow_loss(student, batch, getkey(), teacher=teacher, lambda_range=(0.9, 0.1))
     with pytest.raises(ValueError, match="teacher"):
-        splitmeanflow_loss(student, None, batch, getkey())
+        splitmeanflow_loss(student, batch, getkey(), teacher=None)
     with pytest.raises(ValueError, match="full_interval_ratio"):
-        splitmeanflow_loss(student, teacher, batch, getkey(), full_interval_ratio=-0.2)
+        splitmeanflow_loss(student, batch, getkey(), teacher=teacher, full_interval_ratio=-0.2)
     with pytest.raises(TypeError, match="full_interval_ratio"):
         meanflow_loss(student, batch, getkey(), full_interval_ratio="all")
     with pytest.raises(Exception, match="NaN"):
-        smf_jit(exact, teacher, (x[:32].at[0, 0].set(jnp.nan), cond[:32]), getkey())
+        smf_jit(exact, (x[:32].at[0, 0].set(jnp.nan), cond[:32]), getkey(), teacher=teacher)
     with pytest.raises(ValueError, match="flow_ratio"):
         meanflow_loss(student, batch, getkey(), flow_ratio=-0.1)
     # a subclass with only __call__ and no condition: u = 0 is self-consistent (zero ISC loss)
-    assert float(splitmeanflow_loss(_Zero(), None, (x[:4], None), getkey(), flow_ratio=0.0)) == 0
+    assert (
+        float(splitmeanflow_loss(_Zero(), (x[:4], None), getkey(), teacher=None, flow_ratio=0.0))
+        == 0
+    )
 
 
 def smf_uniform(model, batch, key, *, teacher):
     """The benchmark's recipe: half of the interval samples on the one-step interval (0, 1)."""
     return splitmeanflow_loss(
-        model, teacher, batch, key, time_sampler="uniform", full_interval_ratio=0.5
+        model,
+        batch,
+        key,
+        teacher=teacher,
+        time_sampler="uniform",
+        full_interval_ratio=0.5,
     )
 
 
@@ -316,7 +315,7 @@ def test_learning_fast_twin(toy):
     error of u against u*."""
     exact, teacher, (x, cond), student = toy
     before, _ = _relative_u_error(student, exact, jr.key(11))
-    loss, opt = ft.partial(smf_fit_loss, teacher=teacher), optax.adam(1e-3)
+    loss, opt = ft.partial(splitmeanflow_loss, teacher=teacher), optax.adam(1e-3)
     step = eqx.filter_jit(eqx.debug.assert_max_traces(make_step, max_traces=1))
     opt_state = opt.init(eqx.filter(student, eqx.is_inexact_array))
     model, rng = student, np.random.default_rng(0)

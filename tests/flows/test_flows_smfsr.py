@@ -136,7 +136,7 @@ def teacher_loss(model, batch, key):
 
 
 def smf_loss(model, batch, key, *, teacher):
-    return splitmeanflow_loss(model, teacher, batch, key)
+    return splitmeanflow_loss(model, batch, key, teacher=teacher)
 
 
 ADAM = optax.adam(1e-3)

@@ -1,5 +1,7 @@
 """A user's own equinox module in the LM slot (`jaxgen.nn.AbstractCausalLM`) and mixer slot
-(`jaxgen.nn.AbstractAdaptableMixer`): loss, trainer and sampler take it like the built-ins."""
+(`jaxgen.nn.AbstractChannelMixer`, `jaxgen.nn.AbstractAdaptableMixer`, plugged in through
+``Transformer(..., mixer=factory)``): loss, trainer, sampler and adapters take it like the
+built-ins."""
 
 import equinox as eqx
 import jax
@@ -10,7 +12,13 @@ import optax
 import pytest
 
 from jaxgen.core import fit, minibatches
-from jaxgen.nn import AbstractAdaptableMixer, AbstractCausalLM, Transformer
+from jaxgen.nn import (
+    AbstractAdaptableMixer,
+    AbstractCausalLM,
+    AbstractChannelMixer,
+    Transformer,
+    make_mixer,
+)
 from jaxgen.transformers import (
     AbstractICLRegressor,
     attach_lora,
@@ -161,6 +169,77 @@ def test_user_adaptable_mixer_takes_lora():
         jnp.ones_like(lora.adapters[0]["mixer.w_out"].B),
     )
     assert not np.allclose(call(bumped, x), call(base, x))  # the hook reaches the user's mixer
+
+
+class TanhMixer(AbstractChannelMixer):
+    """A user's plain channel mixer (no adapter hook): ``W_out tanh(W_in x)``."""
+
+    w_in: jax.Array
+    w_out: jax.Array
+    dim: int = eqx.field(static=True)
+
+    def __init__(self, dim: int, *, key, hidden: int = 16):
+        k1, k2 = jr.split(key)
+        self.w_in = jr.normal(k1, (hidden, dim)) / np.sqrt(dim)
+        self.w_out = 0.1 * jr.normal(k2, (dim, hidden)) / np.sqrt(hidden)
+        self.dim = dim
+
+    def __call__(self, x):
+        return self.w_out @ jnp.tanh(self.w_in @ x)
+
+    def apply_sequence(self, h):
+        return jax.vmap(self)(h), jnp.zeros((), h.dtype)
+
+
+def test_user_mixer_factory_trains_with_fit_lm_and_samples():
+    model = Transformer(V, 8, 2, 2, L, key=jr.key(10), mixer=TanhMixer, mixer_kwargs={"hidden": 12})
+    assert all(isinstance(b.mixer, TanhMixer) for b in model.blocks)
+    assert model.blocks[0].mixer.w_in.shape == (12, 8)  # mixer_kwargs reach the factory
+    # one factory call per block, each with its own key
+    assert not np.allclose(model.blocks[0].mixer.w_in, model.blocks[1].mixer.w_in)
+    data = _cyclic(20)
+    loss = eqx.filter_jit(lm_loss)
+    loss0 = float(loss(model, data, jr.key(0)))
+    res = fit_lm(model, data, batch_size=10, num_steps=40, key=jr.key(11), learning_rate=3e-2,
+                 progress=False)  # fmt: skip
+    loss1 = float(loss(res.model, data, jr.key(0)))
+    assert np.all(np.isfinite(res.losses)) and loss1 < 0.5 * loss0, (loss0, loss1)
+    assert isinstance(res.model.blocks[0].mixer, TanhMixer)
+    draws = sample_lm(jr.key(12), res.model, 3, L, prompt=jnp.array([1]))
+    assert draws.shape == (3, L) and draws.dtype == jnp.int32
+    assert int(draws.min()) >= 0 and int(draws.max()) < V
+    # a plain mixer has no matrices for the adapter hook: LoRA names the slot and the interface
+    with pytest.raises(TypeError, match=r"model\.blocks\[0\]\.mixer[\s\S]*AbstractAdaptableMixer"):
+        attach_lora(model, rank=2, key=jr.key(13))
+
+
+def test_user_adaptable_mixer_factory_takes_lora_and_trains():
+    base = Transformer(V, 8, 1, 2, L, key=jr.key(14), mixer=ScaledMLPMixer)
+    assert isinstance(base.blocks[0].mixer, ScaledMLPMixer)
+    lora = attach_lora(base, rank=2, key=jr.key(15))
+    assert set(lora.adapters[0]) == {"attn.w_qkv", "mixer.w_in", "mixer.w_out"}
+    data = _cyclic(20)
+    call = eqx.filter_jit(lambda m, x: m(x))
+    np.testing.assert_allclose(call(lora, data[0]), call(base, data[0]), rtol=1e-6, atol=1e-7)
+    draws = sample_lm(jr.key(16), lora, 2, L, prompt=jnp.array([3]))
+    assert draws.shape == (2, L)
+
+
+def test_mixer_factory_result_is_checked():
+    class NotAMixer(eqx.Module):
+        def __call__(self, x):
+            return x
+
+    with pytest.raises(TypeError, match=r"`mixer` must be a AbstractChannelMixer[\s\S]*NotAMixer"):
+        Transformer(V, 8, 1, 2, L, key=jr.key(0), mixer=lambda dim, *, key: NotAMixer())
+    with pytest.raises(ValueError, match=r"`mixer` must map R\^8 -> R\^8.*dim 4"):
+        Transformer(V, 8, 1, 2, L, key=jr.key(0), mixer=lambda dim, *, key: TanhMixer(4, key=key))
+    with pytest.raises(
+        TypeError, match=r"`mixer` must be one of .* or a factory|parameter 'mixer'"
+    ):
+        make_mixer(3, 8, key=jr.key(0))
+    # the names keep working
+    assert make_mixer("mlp", 8, key=jr.key(0)).dim == 8
 
 
 class ShrunkMean(AbstractICLRegressor):

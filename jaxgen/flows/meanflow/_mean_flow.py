@@ -39,7 +39,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
-from ...core.checks import check_floating
+from ...core.checks import check_floating, check_in_interval, check_module, check_tuple
 from ...nn import sinusoidal_embedding
 from .._velocity import AbstractVelocityField
 
@@ -363,14 +363,12 @@ def isc_target(
 
 
 def _check_batch(batch: Any, name: str = "batch") -> tuple[Array, Any]:
-    if not isinstance(batch, tuple | list) or len(batch) != 2:
-        raise ValueError(
-            f"`{name}` must be a pair (x, c) with the batch axis first (c may be None)."
-        )
-    x, cond = batch
+    x, cond = check_tuple(batch, 2, name, layout="(x, c) (c may be None)")
     x = jnp.asarray(x)
-    if x.ndim < 2:
-        raise ValueError(f"`x` must have shape (B, ...) with the batch axis first, got {x.shape}.")
+    if x.ndim < 2 or x.shape[0] < 1:
+        raise ValueError(
+            f"`x` must have shape (B, ...) with the batch axis first and B >= 1, got {x.shape}."
+        )
     if cond is not None:
         lead = {np.shape(leaf)[0] if np.ndim(leaf) else None for leaf in jax.tree.leaves(cond)}
         if lead != {x.shape[0]}:
@@ -425,6 +423,15 @@ def _interval_times(key, num, dtype, sampler, margin, min_interval, full_ratio=0
     return r, t
 
 
+def _check_margins(time_margin: Any, min_interval: Any) -> None:
+    """Times are clipped to ``[margin, 1 - margin]`` and intervals kept ``>= min_interval``: a
+    negative or too large value would silently move the times outside ``[0, 1]``.
+    """
+    check_in_interval(time_margin, "time_margin", 0.0, 0.5, closed=(True, False))
+    high = 1.0 - 2 * float(time_margin)
+    check_in_interval(min_interval, "min_interval", 0.0, high, closed=(True, False))
+
+
 def _check_full_ratio(full_interval_ratio: Any) -> None:
     if not isinstance(full_interval_ratio, int | float) or isinstance(full_interval_ratio, bool):
         raise TypeError(
@@ -437,10 +444,10 @@ def _check_full_ratio(full_interval_ratio: Any) -> None:
 
 def splitmeanflow_loss(
     student: AbstractAverageVelocity,
-    teacher: AbstractVelocityField | None,
     batch: tuple[Array, Any],
     key: PRNGKeyArray,
     *,
+    teacher: AbstractVelocityField | None = None,
     flow_ratio: float = 0.5,
     time_sampler: str = "logit_normal",
     cfg_scale: float = 0.0,
@@ -470,11 +477,13 @@ def splitmeanflow_loss(
 
     Args:
         student: the average velocity $u_\theta$ being trained.
-        teacher: the frozen velocity $v_\phi$, called ``teacher(t, z, c)`` in the same
-            convention (t = 1 noise; wrap library-convention fields in `NoiseAtOneVelocity`).
-            ``None`` only with ``flow_ratio = 0`` (pure ISC, e.g. in tests).
         batch: ``(x, c)``: data ``(B, ...)`` and conditions with leading axis ``B`` (or None).
         key: PRNG key of the noise, the times and the split points.
+        teacher: the frozen velocity $v_\phi$, called ``teacher(t, z, c)`` in the same
+            convention (t = 1 noise; wrap library-convention fields in `NoiseAtOneVelocity`).
+            ``None`` only with ``flow_ratio = 0`` (pure ISC, e.g. in tests). Keyword-only, so
+            that ``functools.partial(splitmeanflow_loss, teacher=teacher)`` is a loss for
+            `jaxgen.core.fit`.
         flow_ratio: fraction $p \in [0, 1]$ of boundary samples (default 0.5; too small collapses).
         time_sampler: ``"logit_normal"`` (paper) or ``"uniform"``.
         cfg_scale: guidance scale $w \ge 0$ baked into the teacher target.
@@ -497,9 +506,15 @@ def splitmeanflow_loss(
     References:
         Guo et al., arXiv 2507.16884 (Algorithm 1); Zhu et al., arXiv 2605.09328.
     """
+    check_module(student, AbstractAverageVelocity, "student")
+    if teacher is not None:
+        check_module(teacher, AbstractVelocityField, "teacher")
+    if target_model is not None:
+        check_module(target_model, AbstractAverageVelocity, "target_model")
     x, cond = _check_batch(batch)
     _check_common(flow_ratio, time_sampler)
     _check_full_ratio(full_interval_ratio)
+    _check_margins(time_margin, min_interval)
     lo, hi = lambda_range
     if not 0.0 <= lo <= hi <= 1.0:
         raise ValueError(f"`lambda_range` must satisfy 0 <= lo <= hi <= 1, got {lambda_range}.")
@@ -619,6 +634,7 @@ def meanflow_loss(
     x, cond = _check_batch(batch)
     _check_common(flow_ratio, time_sampler)
     _check_full_ratio(full_interval_ratio)
+    _check_margins(time_margin, 1e-3)
     if adaptive_p < 0 or adaptive_c <= 0:
         raise ValueError(
             f"need `adaptive_p` >= 0 and `adaptive_c` > 0, got {adaptive_p}, {adaptive_c}."

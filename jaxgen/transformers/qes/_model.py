@@ -18,17 +18,19 @@ import jax.random as jr
 import jax.tree_util as jtu
 from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
 
+from ...core.checks import check_module
 from ...nn import AbstractAdaptableMixer, AbstractCausalLM, Transformer
 from ._experts import MoLoRALinear, QESConfig, TokenRouter, shutdown_mask
 
 
-def _adapted_maps(block) -> dict[str, Array]:
-    """The weights the hook adapts in one block, by hook name (``"attn.w_qkv"``, ...)."""
-    if not isinstance(block.mixer, AbstractAdaptableMixer):
-        raise TypeError(
-            "QES adapters need an AbstractAdaptableMixer in every block (the 'mlp' or 'swiglu' "
-            f"mixer, or your own subclass), got {type(block.mixer).__name__}."
-        )
+def _adapted_maps(block, index: int) -> dict[str, Array]:
+    """The weights the hook adapts in one block, by hook name (``"attn.w_qkv"``, ...).
+
+    The adapters need only the `AbstractAdaptableMixer` contract of the block's mixer (its
+    ``adapted_weights`` and ``apply_sequence(h, adapter)``): a built-in ('mlp', 'swiglu') or a
+    user's subclass, built with ``Transformer(..., mixer=factory)``.
+    """
+    check_module(block.mixer, AbstractAdaptableMixer, f"model.blocks[{index}].mixer")
     maps = {"attn.w_qkv": block.attn.w_qkv}
     maps.update({f"mixer.{n}": w for n, w in block.mixer.adapted_weights().items()})
     return maps
@@ -168,8 +170,9 @@ def _build(
     model: Transformer, num_experts: int, rank: int, alpha: float, key: PRNGKeyArray
 ) -> tuple[dict[str, MoLoRALinear], ...]:
     adapters = []
-    for block, kb in zip(model.blocks, jr.split(key, len(model.blocks)), strict=True):
-        maps = _adapted_maps(block)
+    block_keys = jr.split(key, len(model.blocks))
+    for i, (block, kb) in enumerate(zip(model.blocks, block_keys, strict=True)):
+        maps = _adapted_maps(block, i)
         keys = jr.split(kb, len(maps))
         adapters.append(
             {
