@@ -46,6 +46,17 @@ import pytest
 import jaxgen
 
 ROOT = Path(jaxgen.__file__).parent
+
+
+@pytest.fixture(autouse=True)
+def _release_compiled_programs():
+    """Drop the compiled programs of each entry point after its test: a worker that runs hundreds
+    of entry points otherwise keeps thousands of executables mapped (one worker's XLA compile
+    aborted near the end of the whole registry)."""
+    yield
+    jax.clear_caches()
+
+
 FAMILIES = sorted(p.parent.name for p in ROOT.glob("*/__init__.py"))
 
 
@@ -1992,7 +2003,9 @@ EXEMPT: dict[str, str] = {
 KNOWN_GAPS: dict[str, set] = {
     # Documented exemptions: the ODE vector fields of the dynamics data are autonomous, `t` is
     # unused (the diffrax signature) and a check would run at every solver step.
-    "data.coupled_pendulum_field": {("t", "nan_scalar")},
+    # The same field's parameters are not checked either (its docstring says so); an infinite
+    # pendulum length is the zero-gravity limit, a finite field.
+    "data.coupled_pendulum_field": {("t", "nan_scalar"), ("args", "inf")},
     "data.lorenz96_field": {("t", "nan_scalar")},
     # NaN in `S` marks a failed docking where `valid` is not given (the documented convention
     # of jaxgen.selectivity): those rows are reported as failures, not as a silent result.
