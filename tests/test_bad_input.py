@@ -31,6 +31,8 @@ import dataclasses
 import functools as ft
 import importlib
 import inspect
+import subprocess
+import sys
 import typing
 from collections.abc import Callable
 from pathlib import Path
@@ -2331,3 +2333,42 @@ def test_solve_ode_names_a_nan_initial_state():
     # throw=False: no value check (the caller inspects the solution), nothing is raised.
     sol = solve_ode(field, y0, throw=False, steps=4)
     assert not bool(jnp.all(jnp.isfinite(sol.ys)))
+
+
+_ONE_DIMENSION_SHORT = """
+import jax.numpy as jnp
+from jaxgen.bridges import (
+    Canonical, follmer_drift_gaussian, follmer_marginal_gaussian, gaussian_kl, leaf_message,
+    pullback,
+)
+from jaxgen.flows import mixture_quantiles_1d, straightness
+
+I, z, s = jnp.eye(2), jnp.zeros(2), jnp.asarray(0.5)
+calls = {
+    "x": lambda: follmer_drift_gaussian(0.5, s, z, I),
+    "mu": lambda: follmer_marginal_gaussian(0.5, s, I),
+    "mu0": lambda: gaussian_kl(s, I, z, I),
+    "C": lambda: leaf_message(z, jnp.ones(2), I),
+    "Phi": lambda: pullback(Canonical(s, z, I), jnp.ones(2), z, I),
+    "x0": lambda: straightness(lambda t, y, args: -y, s, 4),
+    "levels": lambda: mixture_quantiles_1d(s, z + 0.5, z, z + 1.0),
+}
+for name, call in calls.items():
+    try:
+        call()
+    except ValueError as e:
+        assert str(e).startswith(f"`{name}` must have shape"), (name, str(e))
+    else:
+        raise AssertionError(f"{name}: no error")
+print("named", len(calls))
+"""
+
+
+def test_vector_arguments_one_dimension_short_are_named_without_the_type_hook():
+    # The test suite's jaxtyping hook refuses these shapes first, so the library's own checks
+    # run in a plain interpreter (they used to end in an IndexError there).
+    out = subprocess.run(
+        [sys.executable, "-c", _ONE_DIMENSION_SHORT], capture_output=True, text=True, check=False
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "named 7" in out.stdout

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
 from ..core import psd_sqrt
-from ..core.checks import check_finite
+from ..core.checks import check_finite, check_rank, check_shape
 from ._potential import QuadraticLogPotential
 from ._reference import AbstractReference, _check_horizon
 
@@ -172,7 +172,10 @@ def follmer_drift_gaussian(
     References:
         Föllmer 1985; Tzen & Raginsky, arXiv 1905.09883; Huang et al., arXiv 2106.10880.
     """
-    eye = jnp.eye(x.shape[0], dtype=x.dtype)
+    x = check_rank(x, 1, "x", layout="(dim,)")
+    d = x.shape[0]
+    mu, S = check_shape(mu, (d,), "mu"), check_shape(S, (d, d), "S")
+    eye = jnp.eye(d, dtype=x.dtype)
     return jnp.linalg.solve(t * S + (1.0 - t) * eye, mu + (S - eye) @ x)
 
 
@@ -180,6 +183,8 @@ def follmer_marginal_gaussian(
     t: Float[ArrayLike, ""], mu: Float[Array, " dim"], S: Float[Array, "dim dim"]
 ) -> tuple[Float[Array, " dim"], Float[Array, "dim dim"]]:
     """``X_t ~ N(t mu, t^2 S + t (1 - t) I)`` for the Föllmer process to ``N(mu, S)``."""
+    mu = check_rank(mu, 1, "mu", layout="(dim,)")
+    S = check_shape(S, (mu.shape[0], mu.shape[0]), "S")
     eye = jnp.eye(mu.shape[0], dtype=mu.dtype)
     return t * mu, t**2 * S + t * (1.0 - t) * eye
 
@@ -225,7 +230,10 @@ def gaussian_kl(
     S1: Float[Array, "dim dim"],
 ) -> Float[Array, ""]:
     r"""``KL(N(mu0, S0) || N(mu1, S1))``."""
+    mu0 = check_rank(mu0, 1, "mu0", layout="(dim,)")
     d = mu0.shape[0]
+    mu1 = check_shape(mu1, (d,), "mu1")
+    S0, S1 = check_shape(S0, (d, d), "S0"), check_shape(S1, (d, d), "S1")
     # A failed Cholesky factor is NaN: ``S0`` and ``S1`` must be positive definite (value check).
     L0 = check_finite(jnp.linalg.cholesky(S0), "S0 (positive definite: its Cholesky factor)")
     L1 = check_finite(jnp.linalg.cholesky(S1), "S1 (positive definite: its Cholesky factor)")

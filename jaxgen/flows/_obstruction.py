@@ -14,7 +14,13 @@ import jax.numpy as jnp
 from jax.scipy.special import ndtr, ndtri
 from jaxtyping import Array, Float
 
-from ..core.checks import check_finite, check_in_interval, check_nonnegative, check_positive
+from ..core.checks import (
+    check_finite,
+    check_in_interval,
+    check_nonnegative,
+    check_positive,
+    check_rank,
+)
 from ._interpolants import MixtureInterpolantVelocity
 from ._straightness import euler_pushforward
 
@@ -35,6 +41,7 @@ def mixture_quantiles_1d(
     ``levels`` must lie in (0, 1), ``weights`` be finite and >= 0, ``means`` finite and ``scales``
     finite and > 0 (value checks); ``weights``, ``means`` and ``scales`` share one shape (K,).
     """
+    levels = check_rank(levels, 1, "levels", layout="(n,)")
     levels = check_in_interval(levels, "levels", 0.0, 1.0, closed=(False, False))
     weights = check_nonnegative(weights, "weights")
     means = check_finite(means, "means")

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from ..core import solve_ode
+from ..core.checks import check_rank
 
 VelocityFn = Callable[[Any, Float[Array, " dim"], Any], Float[Array, " dim"]]
 
@@ -76,6 +77,7 @@ def straightness(
     References:
         Liu, Gong & Liu, Flow Straight and Fast, arXiv:2209.03003, eq. (9).
     """
+    x0 = check_rank(x0, 1, "x0", layout="(dim,)")
     ts = jnp.linspace(0.0, 1.0, num_steps + 1, dtype=jnp.asarray(x0).dtype)
     path = solve_ode(vector_field, x0, solver=dfx.Euler(), steps=num_steps, ts=ts, args=args).ys
     velocities = jax.vmap(lambda t, y: vector_field(t, y, args))(ts[:-1], path[:-1])

@@ -28,7 +28,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from ...core import solve_ode
-from ...core.checks import check_positive
+from ...core.checks import check_positive, check_rank, check_shape
 from ._topology import TreeTopology
 
 
@@ -62,6 +62,9 @@ def leaf_message(
 
     ``H = C^T R^{-1} C``, ``F = C^T R^{-1} y``, ``c = -y^T R^{-1} y / 2 - log det(2 pi R) / 2``.
     """
+    y = check_rank(y, 1, "y", layout="(m,)")
+    m = y.shape[0]
+    C, R = check_shape(C, (m, None), "C"), check_shape(R, (m, m), "R")
     L = jnp.linalg.cholesky(R)
     L = eqx.error_if(L, ~jnp.all(jnp.isfinite(L)), "`R` must be symmetric positive definite.")
     Li_C = jsl.solve_triangular(L, C, lower=True)
@@ -86,7 +89,15 @@ def pullback(
     ``c' = cb + Fb^T beta - beta^T Hb beta / 2``.
     ``Q`` may be singular (``Q = 0`` is the identity map) and so may ``H``.
     """
+    Q = check_rank(Q, 2, "Q", layout="(dim_child, dim_child)")
     k = Q.shape[-1]
+    Q = check_shape(Q, (k, k), "Q")
+    Phi, beta = check_shape(Phi, (k, None), "Phi"), check_shape(beta, (k,), "beta")
+    if msg.F.shape != (k,) or msg.H.shape != (k, k):
+        raise ValueError(
+            f"`msg` must be a message on the child's space (F: ({k},), H: ({k}, {k})), got F: "
+            f"{msg.F.shape}, H: {msg.H.shape}."
+        )
     eye = jnp.eye(k, dtype=Q.dtype)
     IHQ = eye + msg.H @ Q
     MH_MF = jnp.linalg.solve(IHQ, jnp.concatenate([msg.H, msg.F[:, None]], axis=1))
