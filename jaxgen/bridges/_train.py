@@ -83,7 +83,8 @@ class SBNLLLoss(eqx.Module):
                 raise ValueError(f"`{name}` must be an int >= 2, got {v!r}.")
         if num_inner % 2:
             raise ValueError(f"`num_inner` must be even (antithetic nodes), got {num_inner}.")
-        penalty = float(check_nonnegative(penalty, "penalty"))
+        penalty = float(penalty)  # static: a Python number even when built under jit
+        check_nonnegative(penalty, "penalty")  # a Python number is checked at once
         self.num_sources, self.num_inner, self.penalty = num_sources, num_inner, penalty
 
     def __call__(
